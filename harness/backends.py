@@ -1,0 +1,69 @@
+"""Backend registry: a named way to run MLA attention = server flags + patch sets + hardware it needs.
+
+The names are the ones engineers use in the seed story; `attention_backend` is the value handed to
+SGLang's `--attention-backend` (and checked against the host's valid choices during preflight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BLACKWELL_DC = ("sm100", "sm103")
+BLACKWELL_ALL = ("sm100", "sm103", "sm110", "sm120", "sm121")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    summary: str
+    attention_backend: str
+    patch_sets: tuple[str, ...] = ()
+    archs: tuple[str, ...] | None = None  # None: any GPU SGLang supports
+    extra_args: tuple[str, ...] = ()
+
+    def server_args(self) -> list[str]:
+        return ["--attention-backend", self.attention_backend, *self.extra_args]
+
+    def fits_arch(self, arch: str | None) -> bool:
+        return self.archs is None or arch is None or arch in self.archs
+
+
+REGISTRY: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(
+            "flashinfer-mla",
+            "stock SGLang FlashInfer MLA: the whole FP8 KV pool is cast to BF16 every decode step",
+            "flashinfer",
+        ),
+        Backend(
+            "flashinfer-mla-gather-cast",
+            "FlashInfer MLA on a compact BF16 copy of only the KV rows the batch uses",
+            "flashinfer",
+            patch_sets=("flashinfer_mla_gather_cast",),
+        ),
+        Backend(
+            "cutlass_mla",
+            "SGLang's CUTLASS MLA decode kernel (Blackwell datacenter, SM100-class)",
+            "cutlass_mla",
+            archs=BLACKWELL_DC,
+        ),
+        Backend(
+            "trtllm_mla",
+            "TensorRT-LLM MLA kernels through FlashInfer (Blackwell)",
+            "trtllm_mla",
+            archs=BLACKWELL_ALL,
+        ),
+        Backend(
+            "custom-fp8-mla",
+            "our Triton MLA decode kernel reading the FP8 KV cache directly",
+            "flashinfer",
+            patch_sets=("custom_fp8_mla",),
+            archs=("sm90", "sm100", "sm103", "sm120", "sm121"),
+        ),
+    )
+}
+
+
+def get_backend(name: str) -> Backend | None:
+    return REGISTRY.get(name)

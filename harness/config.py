@@ -1,0 +1,266 @@
+"""Configuration: YAML files → frozen, validated models.
+
+Three kinds of file: an experiment (`experiments/**.yaml`), the host inventory (`hosts.yaml`) and the
+optional `patchset.yaml` inside a patch set folder. Unknown keys are rejected; every error names the
+file and line and, for a misspelt key, the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+from .yamlsrc import YamlDoc, load_yaml
+
+# Names end up in paths on this machine and in argv on hosts: keep them boring.
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ARCHES = ("sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120", "sm121")
+
+Name = Annotated[str, Field(pattern=SAFE_NAME)]
+EnvMap = dict[Annotated[str, Field(pattern=ENV_NAME)], str]
+Arch = Literal["sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120", "sm121"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- hosts.yaml
+
+
+class HostConfig(Strict):
+    address: str = Field(min_length=1, description="DNS name, IP, ~/.ssh/config alias, or 'local'")
+    port: int | None = Field(None, ge=1, le=65535)
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    ssh_config: str | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    keepalive: float = Field(5.0, gt=0, description="seconds between SSH keepalives")
+    repo: str = Field(min_length=1)
+    python: str = "python3"
+    gpus: int = Field(1, ge=0)
+    arch: Arch | None = None
+    workdir: str = "~/.cache/harness"
+    allow_dirty: tuple[str, ...] = ()
+    env: EnvMap = {}
+
+    @property
+    def is_local(self) -> bool:
+        return self.address == "local"
+
+
+class Inventory(Strict):
+    hosts: dict[Annotated[str, Field(pattern=SAFE_NAME)], HostConfig]
+
+    @field_validator("hosts")
+    @classmethod
+    def _not_empty(cls, v: dict) -> dict:
+        if not v:
+            raise ValueError("lists no hosts")
+        return v
+
+
+# --------------------------------------------------------------------------- experiments
+
+
+class ModelSettings(Strict):
+    path: str = Field(min_length=1)
+    tokenizer: str | None = None
+    served_name: str | None = None
+
+
+class ServerSettings(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(30000, ge=1, le=65535)
+    tp: int = Field(1, ge=1)
+    dp: int | None = Field(None, ge=1)
+    kv_cache_dtype: str | None = None
+    mem_fraction_static: float | None = Field(None, gt=0, le=1)
+    cuda_graph_max_bs: int | None = Field(None, ge=1)
+    page_size: int | None = Field(None, ge=1)
+    context_length: int | None = Field(None, ge=1)
+    chunked_prefill_size: int | None = None
+    max_running_requests: int | None = Field(None, ge=1)
+    disable_cuda_graph: bool = False
+    trust_remote_code: bool = False
+    attention_backend: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: EnvMap = {}
+
+
+class BenchCase(Strict):
+    name: Name
+    client: Literal["bench_serving"] = "bench_serving"
+    dataset: str = "random-ids"
+    dataset_path: str | None = None
+    num_prompts: int = Field(16, ge=1)
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(256, ge=1)
+    range_ratio: float | None = Field(None, ge=0, le=1)
+    max_concurrency: int | None = Field(None, ge=1)
+    request_rate: float | None = Field(None, gt=0)
+    seed: int = 1
+    warmup_requests: int | None = Field(None, ge=0)
+    extra_args: tuple[str, ...] = ()
+
+
+class Timeouts(Strict):
+    ready: float = Field(1200.0, gt=0, description="launch → ready, seconds")
+    no_progress: float = Field(600.0, gt=0, description="log silent this long while not ready → hung")
+    bench: float = Field(1800.0, gt=0, description="per benchmark case run")
+    stop_grace: float = Field(30.0, ge=0, description="SIGTERM → SIGKILL")
+    fatal_grace: float = Field(1.0, ge=0, description="fatal log line while alive → crash after this")
+
+    @model_validator(mode="after")
+    def _finite(self) -> Timeouts:
+        for name in type(self).model_fields:
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number of seconds")
+        return self
+
+
+class Experiment(Strict):
+    name: Name
+    description: str = ""
+    backend: str | None = None
+    patches: tuple[Name, ...] = ()
+    model: ModelSettings
+    server: ServerSettings = ServerSettings()
+    bench: tuple[BenchCase, ...] = ()
+    repeats: int = Field(1, ge=1, description="runs of each bench case per attempt")
+    timeouts: Timeouts = Timeouts()
+    expect: Literal["ok", "crash", "hang"] = "ok"
+    base_ref: str | None = None
+    gpus: int | None = Field(None, ge=0)
+    allow_dirty: tuple[str, ...] = ()
+
+    @field_validator("bench")
+    @classmethod
+    def _unique_cases(cls, v: tuple[BenchCase, ...]) -> tuple[BenchCase, ...]:
+        names = [c.name for c in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"bench case names must be unique; repeated: {', '.join(dupes)}")
+        return v
+
+    @property
+    def gpus_needed(self) -> int:
+        return self.gpus if self.gpus is not None else self.server.tp * (self.server.dp or 1)
+
+
+# --------------------------------------------------------------------------- patchset.yaml
+
+
+class PatchSetMeta(Strict):
+    description: str = ""
+    applies_to: str | None = None
+    order: tuple[str, ...] | None = None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_experiment(file: Path) -> Experiment:
+    doc = load_yaml(file)
+    data = doc.data
+    if isinstance(data, dict) and "name" not in data:
+        data = {"name": file.stem, **data}
+    return _validate(Experiment, data, doc, what="experiment")
+
+
+def load_inventory(file: Path) -> Inventory:
+    doc = load_yaml(file)
+    return _validate(Inventory, doc.data, doc, what="host inventory")
+
+
+def load_patchset_meta(file: Path) -> PatchSetMeta:
+    doc = load_yaml(file)
+    return _validate(PatchSetMeta, doc.data if doc.data is not None else {}, doc, what="patch set")
+
+
+M = typing.TypeVar("M", bound=BaseModel)
+
+
+def _validate(model: type[M], data: Any, doc: YamlDoc, *, what: str) -> M:
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping of keys for the {what}, got {type(data).__name__}",
+                          file=doc.file, line=1)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(model, exc, doc) from None
+
+
+def _config_error(model: type[BaseModel], exc: ValidationError, doc: YamlDoc) -> ConfigError:
+    problems: list[tuple[int | None, str, str | None]] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        hint = None
+        if err["type"] == "extra_forbidden":
+            key = loc[-1]
+            valid = _valid_keys(model, loc[:-1])
+            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+            parent = ".".join(str(p) for p in loc[:-1]) or "the top level"
+            msg = f"unknown key {key!r} in {parent}"
+            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
+        elif err["type"] == "missing":
+            msg = f"missing required key {where!r}"
+        else:
+            msg = f"{where}: {err['msg']}"
+            if "input" in err and not isinstance(err["input"], (dict, list)):
+                msg += f" (got {err['input']!r})"
+        problems.append((doc.line_of(loc), msg, hint))
+    described = [(ln, m + (f" — {h}" if h else "")) for ln, m, h in problems]
+    line, first = described[0]
+    message = first + "".join(f"\n  also line {ln}: {m}" for ln, m in described[1:])
+    return ConfigError(message, file=doc.file, line=line)
+
+
+def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the model found by following `loc` through nested models, dicts and lists."""
+    target: Any = model
+    for part in loc:
+        target = _unwrap(target)
+        if isinstance(target, type) and issubclass(target, BaseModel):
+            field = target.model_fields.get(str(part))
+            if field is None:
+                return []
+            target = field.annotation
+        else:
+            origin = typing.get_origin(target)
+            args = typing.get_args(target)
+            if origin is dict and len(args) == 2:
+                target = args[1]
+            elif origin in (list, tuple) and args:
+                target = args[0]
+            else:
+                return []
+    target = _unwrap(target)
+    if isinstance(target, type) and issubclass(target, BaseModel):
+        return list(target.model_fields)
+    return []
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip Optional[...] and Annotated[...] so the model or container type remains."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return tp
+            tp = args[0]
+        else:
+            return tp

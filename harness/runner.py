@@ -1,0 +1,297 @@
+"""The controller side of one attempt: ship the agent, hand it the spec, follow its events, fetch the
+artifacts and write exactly one record — whatever happens, including Ctrl-C and a lost host."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from . import __version__, agent
+from .bench import summarize
+from .config import HostConfig
+from .errors import AgentProtocolError, HarnessError, HostError, Interrupted, RemoteCommandError
+from .results import Record, ResultsStore, redact_env
+from .spec import Resolved, build_spec
+from .transport import RemoteProcess, Transport, connect
+from .triage import clean_line, iter_file_lines, triage_file, triage_text
+
+AGENT_SOURCE = Path(agent.__file__)
+PROBE = (
+    "import json,os,sys\n"
+    "w=os.path.abspath(os.path.expanduser(sys.argv[1]))\n"
+    "os.makedirs(w,exist_ok=True)\n"
+    "p=os.path.join(w,sys.argv[2])\n"
+    "print(json.dumps({'workdir':w,'agent':p,'present':os.path.exists(p),"
+    "'python':list(sys.version_info[:3])}))\n"
+)
+
+
+class Reporter(Protocol):
+    def stage(self, label: str, stage: str) -> None: ...
+
+    def note(self, label: str, message: str) -> None: ...
+
+
+class SilentReporter:
+    def stage(self, label: str, stage: str) -> None:
+        pass
+
+    def note(self, label: str, message: str) -> None:
+        pass
+
+
+@dataclass
+class AttemptOutcome:
+    record: Record
+    directory: Path
+
+
+@dataclass
+class _Follow:
+    """What the controller learned from the agent's event stream."""
+
+    final: dict | None = None
+    hello: dict | None = None
+    clock_offset: float = 0.0  # host clock minus controller clock
+    ping_sent: float = 0.0
+    live_verdict: dict | None = None
+    detect_latency_s: float | None = None
+    hung_reason: str | None = None
+    bench_rows: dict[str, list[dict]] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+def agent_name() -> str:
+    digest = hashlib.sha256(AGENT_SOURCE.read_bytes()).hexdigest()[:16]
+    return f"agent-{digest}.py"
+
+
+def ensure_agent(t: Transport, host: HostConfig) -> str:
+    """Upload the agent once per content (its name carries its hash); return its path on the host."""
+    name = agent_name()
+    try:
+        r = t.run([host.python, "-c", PROBE, host.workdir, name], timeout=60)
+    except RemoteCommandError as exc:
+        hint = f"set `python:` for this host in hosts.yaml (now {host.python!r})"
+        raise HostError(t.name, f"cannot run the host's Python {host.python!r} (exit {exc.remote_exit_code}): "
+                        f"{exc.output_tail.strip()[-500:]}", hint=hint) from None
+    try:
+        info = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise HostError(t.name, f"unexpected answer from the host's Python: {r.stdout[-500:]!r}") from None
+    if tuple(info["python"]) < (3, 8):
+        raise HostError(t.name, f"the host's Python is {'.'.join(map(str, info['python']))}; the agent needs >= 3.8")
+    if not info["present"]:
+        t.put(AGENT_SOURCE, info["agent"])
+    return info["agent"]
+
+
+def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: ResultsStore, run_id: str, *,
+                reporter: Reporter | None = None, transport_factory: Callable[[str, HostConfig], Transport] = connect,
+                lock_wait_s: float = 0.0) -> AttemptOutcome:
+    reporter = reporter or SilentReporter()
+    exp = resolved.experiment
+    directory = store.new_attempt_dir(run_id, exp.name)
+    attempt = directory.name
+    label = f"{exp.name}#{attempt}@{host_name}"
+    spec = build_spec(resolved, host, run_id=run_id, attempt_id=f"{exp.name}-{attempt}", lock_wait_s=lock_wait_s)
+    t0 = time.monotonic()
+    follow = _Follow()
+    host_error: HostError | None = None
+    transport: Transport | None = None
+    try:
+        reporter.stage(label, "connect")
+        transport = transport_factory(host_name, host)
+        agent_path = ensure_agent(transport, host)
+        proc = transport.start([host.python, agent_path])
+        _follow_agent(proc, spec, follow, reporter, label, host.is_local)
+        if follow.final is not None:
+            _fetch_artifacts(transport, follow.final, directory)
+    except HostError as exc:
+        host_error = exc
+    except (KeyboardInterrupt, Interrupted):
+        # Outside the event loop (connecting, uploading, fetching): nothing on the host is left
+        # running — the agent, if it started, has already stopped and reverted.
+        follow.interrupted = True
+        if follow.final is None:
+            follow.final = {"status": "aborted", "error": "interrupted before the attempt finished"}
+    finally:
+        if transport is not None:
+            transport.close()
+    record = _make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
+                          time.monotonic() - t0)
+    store.write_record(directory, record)
+    outcome = AttemptOutcome(record, directory)
+    if host_error is not None:
+        raise host_error
+    if follow.interrupted:
+        raise Interrupted(f"interrupted; attempt {label} stopped and reverted, record in {directory}")
+    return outcome
+
+
+def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Reporter, label: str,
+                  is_local: bool) -> None:
+    stop_heartbeat = threading.Event()
+    interval = max(1.0, (spec.get("heartbeat_timeout_s") or 60) / 6)
+
+    def heartbeat() -> None:
+        while not stop_heartbeat.wait(interval):
+            proc.write(b'{"cmd": "ping"}\n')
+
+    proc.write((json.dumps(spec) + "\n").encode())
+    threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
+    try:
+        while True:
+            try:
+                line = proc.readline()
+            except KeyboardInterrupt:
+                _interrupt(proc, follow, reporter, label)
+                continue
+            if not line:
+                break
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            try:
+                if _on_event(ev, follow, proc, reporter, label, is_local):
+                    break
+            except KeyboardInterrupt:
+                _interrupt(proc, follow, reporter, label)
+    finally:
+        stop_heartbeat.set()
+        proc.close_stdin()
+    if follow.final is None:
+        rc = proc.wait(timeout=5)
+        tail = proc.stderr_tail().strip()[-2000:]
+        raise AgentProtocolError(f"the agent on the host ended without a final report (exit {rc})"
+                                 + (f":\n{tail}" if tail else ""))
+
+
+def _interrupt(proc: RemoteProcess, follow: _Follow, reporter: Reporter, label: str) -> None:
+    if follow.interrupted:  # second Ctrl-C: drop the channel; the agent's dead man's switch cleans up
+        proc.kill()
+        raise Interrupted(f"interrupted twice; the agent on the host stops and reverts {label} by itself")
+    follow.interrupted = True
+    reporter.note(label, "interrupted: stopping the server and reverting (Ctrl-C again to detach)")
+    proc.write(b'{"cmd": "abort"}\n')
+
+
+def _on_event(ev: dict, follow: _Follow, proc: RemoteProcess, reporter: Reporter, label: str,
+              is_local: bool) -> bool:
+    kind = ev.get("event")
+    if kind == "hello":
+        follow.hello = ev
+        if not is_local:  # same clock when local; else measure the offset with one round trip
+            follow.ping_sent = time.time()
+            proc.write(b'{"cmd": "ping", "echo": 1}\n')
+    elif kind == "pong":
+        # NTP-style: the host read its clock about halfway through the round trip.
+        follow.clock_offset = ev["host_time"] - (follow.ping_sent + time.time()) / 2
+    elif kind == "stage":
+        reporter.stage(label, ev["stage"])
+    elif kind == "crash":
+        verdict = triage_text(ev.get("log_tail") or "", ev.get("exit_code"))
+        follow.live_verdict = verdict.to_dict()
+        if ev.get("died_at") is not None:
+            follow.detect_latency_s = round(time.time() - (ev["died_at"] - follow.clock_offset), 4)
+        reporter.note(label, f"crashed ({verdict.category}): {verdict.key_line or ev.get('fatal_line') or ''}")
+    elif kind == "hung":
+        follow.hung_reason = ev.get("reason")
+        reporter.note(label, f"hung: {ev.get('reason')}")
+    elif kind == "bench-result":
+        follow.bench_rows.setdefault(ev["case"], []).append(ev["result"])
+    elif kind == "recovering":
+        reporter.note(label, "found the journal of an interrupted attempt; recovering first")
+    elif kind == "final":
+        follow.final = ev
+        return True
+    return False
+
+
+def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
+    wanted: list[tuple[str, str]] = []
+    if final.get("server_log"):
+        wanted.append((final["server_log"], "server.log"))
+    for case, path in (final.get("bench_files") or {}).items():
+        wanted.append((path, f"bench-{case}.jsonl"))
+        wanted.append((path[: -len(".jsonl")] + ".log", f"bench-{case}.log"))
+    missing = []
+    for remote, local in wanted:
+        try:
+            t.get(remote, directory / local)
+        except (OSError, IOError):
+            missing.append(remote)
+    if missing:
+        final.setdefault("fetch_missing", missing)
+
+
+def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: dict, follow: _Follow,
+                 directory: Path, host_error: HarnessError | None, elapsed: float) -> Record:
+    final = follow.final or {}
+    status = final.get("status") or "infra-error"
+    error = final.get("error")
+    if host_error is not None:
+        status, error = "infra-error", str(host_error)
+    elif follow.final is None:
+        error = error or "the agent ended without a final report"
+    log = directory / "server.log"
+    verdict = None
+    if status == "crashed":
+        exit_code = final.get("server_exit")
+        verdict = (triage_file(log, exit_code) if log.exists() else None)
+        verdict = verdict.to_dict() if verdict else follow.live_verdict
+        if final.get("foreign_port"):
+            verdict = {"category": "port-in-use", "key_line": error, "phase": "warmup", "hint": None}
+    elif status == "hung":
+        last = _last_line(log) if log.exists() else None
+        phase = triage_file(log).phase if log.exists() else None
+        verdict = {"category": "hung", "key_line": last, "phase": phase,
+                   "hint": "the server stopped making progress; a hang at distributed init usually means NCCL "
+                           "(try NCCL_DEBUG=INFO, NCCL_P2P_DISABLE=1)"}
+    timings = dict(final.get("timings") or {})
+    timings["total_s"] = round(elapsed, 4)
+    metrics = {case: summarize(rows) for case, rows in follow.bench_rows.items()}
+    provenance = {
+        "base_commit": final.get("base_commit"),
+        "patch_sets": {s.name: s.sha256 for s in r.patch_sets},
+        "harness_version": __version__,
+        "server_version": final.get("server_version"),
+        "gpu": final.get("gpus"),
+        "agent_python": (follow.hello or {}).get("python"),
+        "hostname": (follow.hello or {}).get("hostname"),
+    }
+    extra = {
+        "expect": r.experiment.expect,
+        "expectation_met": status == {"ok": "ok", "crash": "crashed", "hang": "hung"}[r.experiment.expect],
+        "experiment_file": str(r.file.resolve()),
+        "server": {"argv": spec["server"]["argv"], "env": redact_env(spec["server"]["env"]),
+                   "port": spec["server"]["port"], "exit_code": final.get("server_exit"),
+                   "stop": final.get("stop")},
+        "changed_paths": final.get("changed_paths"),
+        "recovered": final.get("recovered"),
+        "abort_reason": final.get("abort_reason"),
+    }
+    for key in ("dirty", "locked_by", "fetch_missing", "port_in_use"):
+        if final.get(key):
+            extra[key] = final[key]
+    return Record(
+        run_id=run_id, experiment=r.name, attempt=attempt, host=host_name, backend=r.backend_name,
+        status=status, error=error, verdict=verdict, timings=timings,
+        detect_latency_s=follow.detect_latency_s if status == "crashed" else None,
+        metrics=metrics, provenance=provenance, revert=final.get("revert"), **extra,
+    )
+
+
+def _last_line(path: Path) -> str | None:
+    last = None
+    for raw in iter_file_lines(path):
+        line = clean_line(raw).strip()
+        if line:
+            last = line
+    return last

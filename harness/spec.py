@@ -1,0 +1,128 @@
+"""Resolve an experiment (backend, patch sets) and build the attempt spec the agent runs (pure)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, agent
+from .backends import REGISTRY, Backend
+from .bench import bench_serving_argv
+from .config import Experiment, HostConfig
+from .errors import ConfigError
+from .patchsets import PatchSet, load_patch_set
+from .triage import FATAL_PATTERNS, READY_PATTERN
+from .yamlsrc import load_yaml
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An experiment with its backend looked up and its patch sets read: everything an attempt needs."""
+
+    experiment: Experiment
+    file: Path
+    backend: Backend | None
+    patch_sets: tuple[PatchSet, ...]
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name
+
+    @property
+    def backend_name(self) -> str | None:
+        if self.backend:
+            return self.backend.name
+        return self.experiment.server.attention_backend
+
+
+def resolve(exp: Experiment, file: Path, patches_dir: Path) -> Resolved:
+    doc = load_yaml(file) if file.exists() else None
+
+    def line(*path):
+        return doc.line_of(path) if doc else None
+
+    backend = None
+    if exp.backend is not None:
+        backend = REGISTRY.get(exp.backend)
+        if backend is None:
+            import difflib
+
+            close = difflib.get_close_matches(exp.backend, list(REGISTRY), n=1)
+            raise ConfigError(f"unknown backend {exp.backend!r}", file=file, line=line("backend"),
+                              hint=(f"did you mean {close[0]!r}? " if close else "")
+                              + "known backends: " + ", ".join(REGISTRY))
+        if exp.server.attention_backend is not None:
+            raise ConfigError("give either `backend:` or `server.attention_backend:`, not both", file=file,
+                              line=line("server", "attention_backend"))
+    names: list[tuple[str, int | None]] = [(n, line("backend")) for n in (backend.patch_sets if backend else ())]
+    names += [(n, line("patches", i)) for i, n in enumerate(exp.patches)]
+    seen: set[str] = set()
+    sets = []
+    for name, ln in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        sets.append(load_patch_set(patches_dir, name, referenced_from=file, line=ln))
+    return Resolved(exp, file, backend, tuple(sets))
+
+
+def server_argv(python: str, r: Resolved) -> list[str]:
+    exp, srv = r.experiment, r.experiment.server
+    argv = [python, "-m", "sglang.launch_server", "--model-path", exp.model.path, "--host", srv.host,
+            "--port", str(srv.port), "--tp-size", str(srv.tp)]
+    valued = (("--dp-size", srv.dp), ("--kv-cache-dtype", srv.kv_cache_dtype),
+              ("--mem-fraction-static", srv.mem_fraction_static), ("--cuda-graph-max-bs", srv.cuda_graph_max_bs),
+              ("--page-size", srv.page_size), ("--context-length", srv.context_length),
+              ("--chunked-prefill-size", srv.chunked_prefill_size),
+              ("--max-running-requests", srv.max_running_requests),
+              ("--tokenizer-path", exp.model.tokenizer), ("--served-model-name", exp.model.served_name),
+              ("--attention-backend", srv.attention_backend))
+    for flag, value in valued:
+        if value is not None:
+            argv += [flag, str(value)]
+    if srv.disable_cuda_graph:
+        argv.append("--disable-cuda-graph")
+    if srv.trust_remote_code:
+        argv.append("--trust-remote-code")
+    if r.backend is not None:
+        argv += r.backend.server_args()
+    return argv + list(srv.extra_args)
+
+
+def patch_entries(sets: tuple[PatchSet, ...]) -> tuple[list[dict], list[dict]]:
+    patches = [{"set": s.name, "name": p.name, "text": p.text} for s in sets for p in s.patches]
+    files = [{"set": s.name, "path": f.path, "mode": f.mode, "content_b64": base64.b64encode(f.content).decode()}
+             for s in sets for f in s.files]
+    return patches, files
+
+
+def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
+               heartbeat_timeout_s: float | None = 60.0, lock_wait_s: float = 0.0) -> dict:
+    exp = r.experiment
+    patches, files = patch_entries(r.patch_sets)
+    env = {**host.env, **exp.server.env}
+    return {
+        "protocol": agent.PROTOCOL,
+        "mode": "attempt",
+        "harness_version": __version__,
+        "run_id": run_id,
+        "attempt_id": attempt_id,
+        "experiment": exp.name,
+        "repo": host.repo,
+        "workdir": host.workdir,
+        "allow_dirty": list(host.allow_dirty) + list(exp.allow_dirty),
+        "base_ref": exp.base_ref,
+        "patches": patches,
+        "files": files,
+        "server": {"argv": server_argv(host.python, r), "env": env, "host": exp.server.host,
+                   "port": exp.server.port},
+        "bench": [{"name": c.name, "argv": bench_serving_argv(host.python, exp, c), "repeats": exp.repeats}
+                  for c in exp.bench],
+        "timeouts": exp.timeouts.model_dump(),
+        "fatal_patterns": list(FATAL_PATTERNS),
+        "ready_pattern": READY_PATTERN,
+        "heartbeat_timeout_s": heartbeat_timeout_s,
+        "lock_wait_s": lock_wait_s,
+        "expect": exp.expect,
+    }

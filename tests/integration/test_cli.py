@@ -1,0 +1,207 @@
+"""The CLI as users run it: exit codes, clear errors without tracebacks, and the controller dying."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.support.sshd import free_port, keygen
+
+pytestmark = pytest.mark.integration
+
+HARNESS = [sys.executable, "-m", "harness"]
+
+
+def harness(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(HARNESS + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def hosts_file(tmp_path: Path, entry: dict, name: str = "box") -> Path:
+    f = tmp_path / "hosts.yaml"
+    f.write_text(yaml.safe_dump({"hosts": {name: entry}}))
+    return f
+
+
+def ssh_entry(sshd, sim_target, tmp_path, **overrides) -> dict:
+    entry = sshd.host_entry(repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
+                            workdir=str(tmp_path / "work"))
+    entry.update(overrides)
+    return entry
+
+
+def wait_pid_exit(pid: int, timeout: float) -> bool:
+    """Wait for any process (not only a child) to exit, as an event: pidfd becomes readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def test_config_error_exit_2_with_file_line_and_no_traceback(tmp_path):
+    f = tmp_path / "e.yaml"
+    f.write_text("model: {path: /m}\nserver:\n  kv_cache_dtyp: fp8_e4m3\n")
+    hosts_file(tmp_path, {"address": "local", "repo": str(tmp_path)})
+    p = harness("run", str(f), cwd=tmp_path)
+    assert p.returncode == 2
+    assert f"{f}:3:" in p.stderr and "did you mean 'kv_cache_dtype'" in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_missing_patch_file_and_unknown_host_exit_2(tmp_path):
+    (tmp_path / "patches").mkdir()
+    f = tmp_path / "e.yaml"
+    f.write_text("model: {path: /m}\npatches: [nope]\n")
+    hosts_file(tmp_path, {"address": "local", "repo": str(tmp_path)})
+    p = harness("run", str(f), cwd=tmp_path)
+    assert p.returncode == 2 and ":2:" in p.stderr and "'nope' not found" in p.stderr
+    f.write_text("model: {path: /m}\n")
+    p = harness("run", str(f), "--host", "bxo", cwd=tmp_path)
+    assert p.returncode == 2 and "unknown host 'bxo'" in p.stderr and "did you mean 'box'" in p.stderr
+
+
+def test_unreachable_host_exit_3_and_record_says_infra_error(tmp_path, sim_target):
+    f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
+    hosts_file(tmp_path, {"address": "127.0.0.1", "port": free_port(), "user": "root",
+                          "repo": str(sim_target.repo), "connect_timeout": 3})
+    p = harness("run", str(f), "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    assert p.returncode == 3
+    assert "cannot connect" in p.stderr and "Traceback" not in p.stderr
+    rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
+    assert rec["status"] == "infra-error"
+
+
+def test_failed_authentication_exit_3(tmp_path, sshd, sim_target):
+    stranger = keygen(tmp_path / "stranger", "not-authorized")
+    before = tree_snapshot(sim_target.repo)
+    f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
+    hosts_file(tmp_path, ssh_entry(sshd, sim_target, tmp_path, key=str(stranger)))
+    p = harness("run", str(f), cwd=tmp_path)
+    assert p.returncode == 3 and "authentication failed" in p.stderr and "Traceback" not in p.stderr
+    assert tree_snapshot(sim_target.repo) == before
+
+
+def test_unknown_host_key_refused_unless_host_opts_in(tmp_path, sshd, sim_target):
+    empty_known = tmp_path / "known_hosts_empty"
+    empty_known.write_text("")
+    f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
+    hosts_file(tmp_path, ssh_entry(sshd, sim_target, tmp_path, known_hosts=str(empty_known)))
+    p = harness("run", str(f), cwd=tmp_path)
+    assert p.returncode == 3
+    assert "unknown SSH host key" in p.stderr and "accept_new_host_key" in p.stderr
+    assert empty_known.read_text() == ""
+
+    hosts_file(tmp_path, ssh_entry(sshd, sim_target, tmp_path, known_hosts=str(empty_known),
+                                   accept_new_host_key=True))
+    f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
+    p = harness("run", str(f), "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert f"[127.0.0.1]:{sshd.port}" in empty_known.read_text()
+
+
+def test_changed_host_key_refused_even_with_opt_in(tmp_path, sshd, sim_target):
+    other = keygen(tmp_path / "other_host_key", "impostor").with_suffix(".pub").read_text().split()
+    known = tmp_path / "known_hosts_wrong"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
+    f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
+    hosts_file(tmp_path, ssh_entry(sshd, sim_target, tmp_path, known_hosts=str(known), accept_new_host_key=True))
+    p = harness("run", str(f), cwd=tmp_path)
+    assert p.returncode == 3 and "CHANGED" in p.stderr and "ssh-keygen -R" in p.stderr
+
+
+@pytest.mark.parametrize("transport", ["ssh", "local"])
+def test_controller_sigkill_mid_benchmark_server_gone_and_tree_reverted_within_5s(
+        tmp_path, sshd, sim_target, transport):
+    before = tree_snapshot(sim_target.repo)
+    port = free_port()
+    entry = (ssh_entry(sshd, sim_target, tmp_path) if transport == "ssh" else
+             {"address": "local", "repo": str(sim_target.repo), "python": str(sim_target.python),
+              "workdir": str(tmp_path / "work")})
+    hosts_file(tmp_path, entry)
+    # A patch that changes the tree but still serves with a BF16 KV cache: there is something to revert.
+    f = write_experiment(tmp_path, "long-bench", port, backend="flashinfer-mla",
+                         patches=["sim_fp8_kv_into_mla_plan"], server={"kv_cache_dtype": "auto"},
+                         bench=[{"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64,
+                                 "max_concurrency": 1}])
+    proc = subprocess.Popen(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results"),
+                                       "--patches-dir", str(PATCHES)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:  # progress lines on a pipe are plain: wait for the bench stage
+        seen.append(line)
+        if line.rstrip().endswith(": bench"):
+            break
+    else:
+        pytest.fail("never reached the bench stage:\n" + "".join(seen))
+    journal = json.loads((sim_target.repo / ".git" / "harness" / "journal.json").read_text())
+    assert tree_snapshot(sim_target.repo) != before  # the patch is applied right now
+    server_pid, agent_pid = journal["server"]["pid"], journal["agent_pid"]
+    t_kill = time.monotonic()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert wait_pid_exit(agent_pid, 5.0), "the agent did not finish its cleanup within 5 s"
+    elapsed = time.monotonic() - t_kill
+    assert elapsed < 5.0
+    assert not Path(f"/proc/{server_pid}").exists() or "Z" in Path(f"/proc/{server_pid}/stat").read_text()
+    assert marked_processes(journal["run_id"]) == []
+    assert tree_snapshot(sim_target.repo) == before
+    assert not (sim_target.repo / ".git" / "harness" / "journal.json").exists()
+
+
+def test_ctrl_c_aborts_reverts_and_exits_130(tmp_path, sim_target):
+    before = tree_snapshot(sim_target.repo)
+    hosts_file(tmp_path, {"address": "local", "repo": str(sim_target.repo), "python": str(sim_target.python),
+                          "workdir": str(tmp_path / "work")})
+    f = write_experiment(tmp_path, "long-bench", free_port(), backend="flashinfer-mla",
+                         bench=[{"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64,
+                                 "max_concurrency": 1}])
+    proc = subprocess.Popen(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if line.rstrip().endswith(": bench"):
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(30) == 130, rest
+    rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
+    assert rec["status"] == "aborted" and rec["revert"]["verified"]
+    assert tree_snapshot(sim_target.repo) == before
+    assert marked_processes(rec["run_id"]) == []
+
+
+def test_sim_init_prints_interpreter(tmp_path):
+    p = harness("sim", "init", str(tmp_path / "t"), "--arch", "sm100", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    python = p.stdout.strip().splitlines()[-1]
+    assert Path(python).exists() and python.endswith("/.venv/bin/python")
+    out = subprocess.run([python, "-c", "import sglang; print(sglang.__version__)"], capture_output=True, text=True)
+    assert out.stdout.strip() == "0.5.23"
+    p = harness("sim", "init", str(tmp_path / "t"), cwd=tmp_path)  # exists already
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_demo_runs_examples_under_a_minute(tmp_path):
+    t0 = time.monotonic()
+    p = harness("demo", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    records = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
+    statuses = sorted(r["status"] for r in records)
+    assert "ok" in statuses and "crashed" in statuses and "hung" in statuses
+    assert all(r["expectation_met"] for r in records)
+    assert all(r["revert"] is None or r["revert"]["verified"] for r in records)
+    assert "static assert" in p.stdout.replace("_", " ") or "static_assert" in p.stdout
+    assert elapsed < 60, f"demo took {elapsed:.1f}s"

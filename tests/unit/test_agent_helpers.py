@@ -1,0 +1,37 @@
+"""Pure helpers of the remote agent."""
+
+from harness import agent
+
+
+def test_numstat_paths_plain_and_renames():
+    raw = "1\t1\tpython/a.py\0" "3\t0\t\0old/name.py\0new/name.py\0" "-\t-\tbin.dat\0"
+    assert agent.numstat_paths(raw) == {"python/a.py", "old/name.py", "new/name.py", "bin.dat"}
+
+
+def test_log_follower_handles_carriage_returns_ansi_and_partial_lines(tmp_path):
+    log = tmp_path / "server.log"
+    f = agent.LogFollower(str(log), [r"Scheduler hit an exception"], r"fired up and ready")
+    log.write_bytes(b"Capturing  0%\rCapturing 50%\rCapturing 100%\n\x1b[31mScheduler hit an ")
+    f.poll()
+    assert f.tail == ["Capturing 100%"] and f.first_fatal is None
+    with open(log, "ab") as w:
+        w.write(b"exception: boom\x1b[0m\nThe server is fired up and ready to roll!")
+    f.poll()
+    assert f.first_fatal[1] == "Scheduler hit an exception: boom"
+    assert not f.ready_seen  # the last line is not complete yet
+    f.drain()
+    assert f.ready_seen
+
+
+def test_port_free_detects_listener():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        assert not agent.port_free("127.0.0.1", port)
+    finally:
+        s.close()
+    assert agent.port_free("127.0.0.1", port)

@@ -1,0 +1,95 @@
+"""Resolving experiments and building the attempt spec: argv lists only, patch contents inline."""
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from harness.config import HostConfig, load_experiment
+from harness.errors import ConfigError
+from harness.spec import build_spec, resolve
+
+DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "patches" / "p1").mkdir(parents=True)
+    (tmp_path / "patches" / "p1" / "0001-x.patch").write_text(DIFF)
+    (tmp_path / "patches" / "p1" / "files" / "pkg").mkdir(parents=True)
+    (tmp_path / "patches" / "p1" / "files" / "pkg" / "new.py").write_text("print('new')\n")
+    return tmp_path
+
+
+def exp_file(project: Path, text: str) -> Path:
+    f = project / "e.yaml"
+    f.write_text(text)
+    return f
+
+
+HOST = HostConfig(address="local", repo="/r", python="/venv/bin/python", env={"HF_TOKEN": "s3cret"})
+
+
+def test_backend_and_patches_resolve_into_spec(project):
+    f = exp_file(project, "name: e\nbackend: flashinfer-mla\npatches: [p1]\nmodel: {path: '/m; rm -rf /'}\n"
+                          "server: {tp: 8, kv_cache_dtype: fp8_e4m3, extra_args: ['--x', '$(touch y)']}\n"
+                          "bench: [{name: c1, num_prompts: 2, max_concurrency: 1}]\n")
+    r = resolve(load_experiment(f), f, project / "patches")
+    spec = build_spec(r, HOST, run_id="r1", attempt_id="e-01")
+    argv = spec["server"]["argv"]
+    assert argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
+    # Strings from YAML stay single argv elements: nothing is ever parsed by a shell.
+    assert "/m; rm -rf /" in argv and "$(touch y)" in argv
+    assert argv[argv.index("--attention-backend") + 1] == "flashinfer"
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
+    assert [p["name"] for p in spec["patches"]] == ["0001-x.patch"]
+    assert spec["files"][0]["path"] == "pkg/new.py"
+    bench = spec["bench"][0]["argv"]
+    assert bench[bench.index("--max-concurrency") + 1] == "1" and "--output-file" not in bench
+    assert spec["server"]["env"] == {"HF_TOKEN": "s3cret"}
+
+
+def test_unknown_backend_suggests(project):
+    f = exp_file(project, "model: {path: /m}\nbackend: trtllm-mla\n")
+    err = pytest.raises(ConfigError, resolve, load_experiment(f), f, project / "patches").value
+    assert ":2:" in str(err) and "did you mean 'trtllm_mla'" in str(err)
+
+
+def test_missing_patch_set_names_line_and_lists_available(project):
+    f = exp_file(project, "model: {path: /m}\npatches:\n  - p1\n  - p2\n")
+    err = pytest.raises(ConfigError, resolve, load_experiment(f), f, project / "patches").value
+    assert ":4:" in str(err) and "'p2' not found" in str(err) and "p1" in str(err)
+
+
+def test_backend_and_explicit_attention_backend_conflict(project):
+    f = exp_file(project, "model: {path: /m}\nbackend: flashinfer-mla\nserver: {attention_backend: triton}\n")
+    assert "not both" in str(pytest.raises(ConfigError, resolve, load_experiment(f), f, project / "patches").value)
+
+
+def test_patch_set_hash_changes_with_content(project):
+    from harness.patchsets import load_patch_set
+
+    a = load_patch_set(project / "patches", "p1").sha256
+    (project / "patches" / "p1" / "0001-x.patch").write_text(DIFF.replace("+b", "+c"))
+    assert load_patch_set(project / "patches", "p1").sha256 != a
+
+
+def test_non_diff_patch_rejected(project):
+    from harness.patchsets import load_patch_set
+
+    (project / "patches" / "p1" / "0002-bad.patch").write_text("just text\n")
+    err = pytest.raises(ConfigError, load_patch_set, project / "patches", "p1").value
+    assert "0002-bad.patch" in str(err) and "unified diff" in str(err)
+
+
+def test_record_redacts_secret_env():
+    from harness.results import redact_env
+
+    assert redact_env({"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "NCCL_DEBUG": "INFO"}) == {
+        "HF_TOKEN": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "NCCL_DEBUG": "INFO"}
+
+
+def test_shell_join_of_argv_round_trips():
+    # The SSH transport joins argv with shlex; a hostile string must come back as one argument.
+    hostile = ["python", "-c", "x", "a'b", "$(reboot)", "; rm -rf ~", "`id`", "\n"]
+    assert shlex.split(shlex.join(hostile)) == hostile
