@@ -1,0 +1,137 @@
+"""A simulated SGLang target: a fake ``sglang`` checkout that behaves like the real one.
+
+``init_target(dest)`` lays out a git repository that looks like an SGLang checkout
+(``python/sglang/...``), commits it on ``main`` and installs it "editable" into a
+fresh virtual environment at ``dest/.venv`` (a ``.pth`` file pointing at
+``dest/python``). The venv also gets a fake ``nvidia-smi`` and a description of the
+simulated GPUs. Everything under ``template/`` is standard library only and runs
+under Python >= 3.8. See ``README.md`` next to this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ARCHES", "GPU_SPECS", "SimTarget", "init_target"]
+
+ARCHES = ("sm90", "sm100", "sm120")
+
+# arch -> (name, memory.total in MiB, compute capability); mirrors sglang/_sim/gpus.py
+GPU_SPECS = {
+    "sm90": ("NVIDIA H200", 143771, "9.0"),
+    "sm100": ("NVIDIA B200", 183359, "10.0"),
+    "sm120": ("NVIDIA RTX PRO 6000 Blackwell", 97887, "12.0"),
+}
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "template"
+SGLANG_VERSION = "0.5.23"
+STATE_DIR_NAME = "sglang-sim"  # inside the venv
+
+_GIT_IDENTITY = ("-c", "user.name=sglang-sim", "-c", "user.email=sglang-sim@example.invalid")
+_GIT_DATE = "2025-06-01T00:00:00+00:00"  # fixed, so the initial commit id is reproducible
+
+_NVIDIA_SMI = """#!/bin/sh
+# Fake nvidia-smi of the simulated SGLang target.
+exec "$(dirname "$0")/python" -m sglang._sim.nvidia_smi "$@"
+"""
+
+
+@dataclass(frozen=True)
+class SimTarget:
+    repo: Path  # the git checkout
+    python: Path  # interpreter to put in hosts.yaml: repo/.venv/bin/python
+
+
+def init_target(dest: Path, arch: str = "sm90", gpus: int = 8) -> SimTarget:
+    """Create a simulated SGLang checkout at ``dest`` (which must not exist or be empty)."""
+    dest = Path(dest).absolute()
+    if arch not in ARCHES:
+        raise ValueError(f"unknown simulated GPU arch {arch!r}; choose one of {', '.join(ARCHES)}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 64:
+        raise ValueError(f"gpus must be an integer between 1 and 64, got {gpus!r}")
+    if dest.exists():
+        if not dest.is_dir():
+            raise ValueError(f"cannot create a simulated target at {dest}: it exists and is not a directory")
+        if any(dest.iterdir()):
+            raise ValueError(f"cannot create a simulated target at {dest}: the directory is not empty")
+    dest.mkdir(parents=True, exist_ok=True)
+
+    _copy_template(dest)
+    _git(dest, "init", "-q")
+    _git(dest, "symbolic-ref", "HEAD", "refs/heads/main")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-q", "--no-verify", "-m", f"Simulated SGLang v{SGLANG_VERSION} checkout")
+
+    python = _make_venv(dest)
+    _write_gpu_facts(dest / ".venv" / STATE_DIR_NAME, arch, gpus)
+    return SimTarget(repo=dest, python=python)
+
+
+def _copy_template(dest: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for entry in TEMPLATE_DIR.iterdir():
+        if entry.name in ("__pycache__",):
+            continue
+        target = dest / (".gitignore" if entry.name == "_gitignore" else entry.name)
+        if entry.is_dir():
+            shutil.copytree(entry, target, ignore=ignore)
+        else:
+            shutil.copy2(entry, target)
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = dict(os.environ)
+    env.update(
+        GIT_AUTHOR_DATE=_GIT_DATE,
+        GIT_COMMITTER_DATE=_GIT_DATE,
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+    )
+    cmd = ["git", *_GIT_IDENTITY, "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", *args]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"`{' '.join(cmd)}` failed in {repo} with exit code {proc.returncode}: "
+            f"{(proc.stderr or proc.stdout).strip()}"
+        )
+    return proc.stdout
+
+
+def _make_venv(dest: Path) -> Path:
+    env_dir = dest / ".venv"
+    venv.create(env_dir, with_pip=False, system_site_packages=False, symlinks=(os.name != "nt"))
+    site_packages = sorted(env_dir.glob("lib/python*/site-packages")) or sorted(
+        env_dir.glob("Lib/site-packages")
+    )
+    if not site_packages:
+        raise RuntimeError(f"no site-packages directory in the new venv {env_dir}")
+    # The "editable install": the checkout's python/ directory goes on sys.path.
+    pth = site_packages[0] / f"__editable__.sglang-{SGLANG_VERSION}.pth"
+    pth.write_text(str(dest / "python") + "\n")
+    smi = env_dir / "bin" / "nvidia-smi"
+    smi.write_text(_NVIDIA_SMI)
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return env_dir / "bin" / "python"
+
+
+def _write_gpu_facts(state_dir: Path, arch: str, gpus: int) -> None:
+    name, memory_mib, compute_cap = GPU_SPECS[arch]
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "procs").mkdir(exist_ok=True)
+    facts = {
+        "arch": arch,
+        "count": gpus,
+        "name": name,
+        "memory_total_mib": memory_mib,
+        "compute_cap": compute_cap,
+        "driver_version": "570.133.20",
+        "cuda_version": "12.8",
+    }
+    (state_dir / "gpus.json").write_text(json.dumps(facts, indent=2) + "\n")
