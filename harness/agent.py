@@ -336,9 +336,10 @@ class LogFollower:
     """Reads the server's log file as it grows: lines (tqdm `\\r` redraws collapsed, ANSI stripped),
     fatal-pattern and ready-pattern matches, and the time of the last growth (for the hang timer)."""
 
-    def __init__(self, path, fatal_patterns, ready_pattern):
+    def __init__(self, path, fatal_patterns, ready_pattern, prefix_pattern=None):
         self.path = path
         self.fatal = [re.compile(p) for p in fatal_patterns]
+        self.prefix = re.compile(prefix_pattern) if prefix_pattern else None
         self.ready = re.compile(ready_pattern)
         self._f = None
         self._partial = b""
@@ -378,7 +379,8 @@ class LogFollower:
         self.tail.append(text)
         if len(self.tail) > LOG_TAIL_LINES:
             del self.tail[: len(self.tail) - LOG_TAIL_LINES]
-        if self.first_fatal is None and any(p.search(text) for p in self.fatal):
+        message = self.prefix.sub("", text.lstrip(), count=1) if self.prefix else text
+        if self.first_fatal is None and any(p.search(message) for p in self.fatal):
             self.first_fatal = (time.monotonic(), text)
         if not self.ready_seen and self.ready.search(text):
             self.ready_seen = True
@@ -739,7 +741,8 @@ class Attempt:
         write_json_atomic(self.journal_path, self.journal)
         self.result["server_pid"] = self.server.pid
         self.link.emit("launched", pid=self.server.pid, log=self.log_path)
-        self.log = LogFollower(self.log_path, self.spec.get("fatal_patterns") or [], self.spec["ready_pattern"])
+        self.log = LogFollower(self.log_path, self.spec.get("fatal_patterns") or [], self.spec["ready_pattern"],
+                               self.spec.get("line_prefix_pattern"))
 
         def wait_exit():
             self.server.wait()

@@ -118,6 +118,32 @@ def run(
         _print_outcomes([outcome])
 
 
+@app.command()
+def triage(
+    logfile: Path = typer.Argument(..., help="An SGLang server log (any size; read streamed)."),
+    exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The server's exit code, if known."),
+    as_json: bool = typer.Option(False, "--json", help="Print {verdict, category, key_line, phase, hint}."),
+) -> None:
+    """Say why a server log ended: ready, crash (category, key line, phase, hint) or incomplete."""
+    import json
+
+    from .triage import triage_file
+
+    with _errors():
+        if not logfile.is_file():
+            raise ConfigError("log file not found", file=logfile)
+        v = triage_file(logfile, exit_code)
+        if as_json:
+            print(json.dumps(v.to_dict()))
+            return
+        style = {"ready": "green", "crash": "red"}.get(v.verdict, "yellow")
+        out.print(f"[{style}]{v.verdict}[/]: {v.category} (phase: {v.phase})")
+        if v.key_line:
+            out.print(f"key line: {escape(v.key_line)}", highlight=False)
+        if v.hint:
+            out.print(f"hint: {escape(v.hint)}", highlight=False)
+
+
 @sim_app.command("init")
 def sim_init(
     directory: Path = typer.Argument(..., help="Where to create the simulated SGLang checkout."),

@@ -12,7 +12,7 @@ from .bench import bench_serving_argv
 from .config import Experiment, HostConfig
 from .errors import ConfigError
 from .patchsets import PatchSet, load_patch_set
-from .triage import FATAL_PATTERNS, READY_PATTERN
+from .triage import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
 from .yamlsrc import load_yaml
 
 
@@ -122,6 +122,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         "timeouts": exp.timeouts.model_dump(),
         "fatal_patterns": list(FATAL_PATTERNS),
         "ready_pattern": READY_PATTERN,
+        "line_prefix_pattern": LINE_PREFIX_PATTERN,
         "heartbeat_timeout_s": heartbeat_timeout_s,
         "lock_wait_s": lock_wait_s,
         "expect": exp.expect,

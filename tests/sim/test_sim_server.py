@@ -415,7 +415,7 @@ def test_http_api(shared_target, launch):
     info = json.loads(text)
     assert status == 200 and info["model_path"] == "zai-org/GLM-5-NVFP4" and info["is_generation"] is True
     assert http(port, "GET", "/get_model_info")[0] == 200
-    assert "Endpoint '/get_model_info' is deprecated" in proc.output
+    proc.wait_for_line("Endpoint '/get_model_info' is deprecated", timeout=5)
     server_info = json.loads(http(port, "GET", "/get_server_info")[1])
     assert server_info["version"] == "0.5.23" and server_info["port"] == port
     models = json.loads(http(port, "GET", "/v1/models")[1])
@@ -463,4 +463,19 @@ def test_http_api(shared_target, launch):
     assert http(port, "GET", "/stop_profile") == (200, "Stop profiling. This will take some time.\n")
     assert http(port, "GET", "/nope")[0] == 404
     assert http(port, "GET", "/generate")[0] == 405
-    assert '"POST /start_profile HTTP/1.1" 200 OK' in proc.output
+    proc.wait_for_line('"POST /start_profile HTTP/1.1" 200 OK', timeout=5)
+
+
+def test_bench_against_no_server_fails(shared_target, tmp_path):
+    result = bench(shared_target, free_port(), tmp_path / "none.jsonl", "--ready-check-timeout-sec", "1")
+    assert result.returncode == 1
+    assert "is not ready. Exiting." in result.stdout
+    assert not (tmp_path / "none.jsonl").exists()
+
+
+def test_skip_server_warmup_and_log_level(shared_target, launch):
+    port = free_port()
+    proc = launch(shared_target, *server_args(port, "--skip-server-warmup", "--log-level", "warning"), env=FAST_ENV)
+    proc.wait_for_line(READY_LINE, timeout=30)
+    assert "Load weight begin" not in proc.output and '"POST /generate' not in proc.output
+    assert http(port, "GET", "/health_generate")[0] == 200

@@ -10,14 +10,15 @@ def test_numstat_paths_plain_and_renames():
 
 def test_log_follower_handles_carriage_returns_ansi_and_partial_lines(tmp_path):
     log = tmp_path / "server.log"
-    f = agent.LogFollower(str(log), [r"Scheduler hit an exception"], r"fired up and ready")
-    log.write_bytes(b"Capturing  0%\rCapturing 50%\rCapturing 100%\n\x1b[31mScheduler hit an ")
+    f = agent.LogFollower(str(log), [r"^Scheduler hit an exception"], r"fired up and ready",
+                          r"^(?:\[[^\]]*\]\s*)+")
+    log.write_bytes(b"Capturing  0%\rCapturing 50%\rCapturing 100%\n\x1b[31m[2026-01-01 00:00:00 TP3] Scheduler hit an ")
     f.poll()
     assert f.tail == ["Capturing 100%"] and f.first_fatal is None
     with open(log, "ab") as w:
         w.write(b"exception: boom\x1b[0m\nThe server is fired up and ready to roll!")
     f.poll()
-    assert f.first_fatal[1] == "Scheduler hit an exception: boom"
+    assert f.first_fatal[1] == "[2026-01-01 00:00:00 TP3] Scheduler hit an exception: boom"
     assert not f.ready_seen  # the last line is not complete yet
     f.drain()
     assert f.ready_seen
