@@ -19,7 +19,7 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ARCHES", "GPU_SPECS", "SimTarget", "init_target"]
+__all__ = ["ARCHES", "GPU_SPECS", "TEMPLATE_DIR", "SimTarget", "init_target"]
 
 ARCHES = ("sm90", "sm100", "sm120")
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness.sim import SimTarget, init_target  # noqa: E402
-from simproc import Proc, launch_proc  # noqa: E402
+from harness.sim import SimTarget, init_target
+from tests.sim.simproc import Proc, launch_proc
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 
 import pytest
-from simproc import FP8_PATCH, HANG_PATCH
 
 from harness.sim import ARCHES, TEMPLATE_DIR, SimTarget, init_target
+from tests.sim.simproc import FP8_PATCH, HANG_PATCH
 
 
 def git(repo, *args) -> str:
@@ -17,8 +18,9 @@ def git(repo, *args) -> str:
 
 
 def run_py(target: SimTarget, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [str(target.python), *args], cwd=target.repo, capture_output=True, text=True, timeout=60
+        [str(target.python), *args], cwd=target.repo, env=env, capture_output=True, text=True, timeout=60
     )
 
 

@@ -55,14 +55,15 @@ class _UvicornFormatter(logging.Formatter):
         return super().format(record)
 
 
-def _setup_uvicorn_loggers():
+def _setup_uvicorn_loggers(server_args):
+    level = getattr(logging, (server_args.log_level_http or server_args.log_level).upper(), logging.INFO)
     for lg, stream in ((uvicorn_logger, sys.stderr), (access_logger, sys.stdout)):
         handler = logging.StreamHandler(stream)
         handler.setFormatter(
             _UvicornFormatter("[%(asctime)s] %(levelprefix)s %(message)s", "%Y-%m-%d %H:%M:%S")
         )
         lg.handlers = [handler]
-        lg.setLevel(logging.INFO)
+        lg.setLevel(level)
         lg.propagate = False
 
 
@@ -100,6 +101,11 @@ class SGLangRequestHandler(BaseHTTPRequestHandler):
         if not raw.strip():
             return {}
         return json.loads(raw.decode("utf-8"))
+
+    def _discard_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
 
     def _send(self, code, payload=b"", content_type="application/json"):
         self.send_response(code)
@@ -142,13 +148,16 @@ class SGLangRequestHandler(BaseHTTPRequestHandler):
         self.query = parse_qs(parts.query)
         route = ROUTES.get(parts.path)
         if route is None:
+            self._discard_body()
             return self.send_json(404, {"detail": "Not Found"})
         methods, fn = route
         if method not in methods:
+            self._discard_body()
             return self.send_json(405, {"detail": "Method Not Allowed"})
         api_key = _global_state.server_args.api_key
         if api_key and not parts.path.startswith("/health"):
             if self.headers.get("Authorization") != "Bearer " + api_key:
+                self._discard_body()
                 return self.send_json(401, {"error": "Unauthorized"})
         try:
             fn(self)
@@ -569,7 +578,7 @@ def launch_server(server_args):
     _global_state.server_args = server_args
     _global_state.scheduler_info = scheduler_info
 
-    _setup_uvicorn_loggers()
+    _setup_uvicorn_loggers(server_args)
     pid = os.getpid()
     uvicorn_logger.info(f"Started server process [{pid}]")
     uvicorn_logger.info("Waiting for application startup.")
