@@ -493,6 +493,10 @@ class Attempt:
             self.stage("patch")
             self.apply(plan)
             self.check_abort()
+            if self.spec.get("mode") == "apply-revert":  # a dry run of the patches: apply, compile, revert
+                self.stage("compile")
+                self.compile_changed()
+                return self.result
             self.stage("launch")
             self.launch()
             self.stage("wait")
@@ -719,6 +723,24 @@ class Attempt:
         self.journal["state"] = "applied"
         write_json_atomic(self.journal_path, self.journal)
         self.result["changed_paths"] = {"restore": self.journal["restore"], "delete": self.journal["delete"]}
+
+    def compile_changed(self):
+        """Every patched or new .py file must at least compile (syntax) under the host's Python."""
+        errors = []
+        paths = [p for p in self.journal["restore"] + self.journal["delete"] if p.endswith(".py")]
+        for rel in paths:
+            path = os.path.join(self.repo, rel)
+            if not os.path.exists(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    compile(f.read(), rel, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                errors.append("%s: %s" % (rel, exc))
+        self.result["compiled"] = paths
+        if errors:
+            raise StageFailed("apply-failed", "patched files do not compile:\n" + "\n".join(errors),
+                              compile_errors=errors)
 
     # ------------------------------------------------------------------ launch and wait
 

@@ -102,17 +102,10 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=f"{exp.name}-{attempt}", lock_wait_s=lock_wait_s)
     t0 = time.monotonic()
     follow = _Follow()
-    host_error: HostError | None = None
-    transport: Transport | None = None
+    host_error: HarnessError | None = None
     try:
-        reporter.stage(label, "connect")
-        transport = transport_factory(host_name, host)
-        agent_path = ensure_agent(transport, host)
-        proc = transport.start([host.python, agent_path])
-        _follow_agent(proc, spec, follow, reporter, label, host.is_local)
-        if follow.final is not None:
-            _fetch_artifacts(transport, follow.final, directory)
-    except HostError as exc:
+        _run_agent(transport_factory, host_name, host, spec, follow, reporter, label, fetch_into=directory)
+    except (HostError, AgentProtocolError) as exc:
         host_error = exc
     except (KeyboardInterrupt, Interrupted):
         # Outside the event loop (connecting, uploading, fetching): nothing on the host is left
@@ -120,9 +113,6 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
         follow.interrupted = True
         if follow.final is None:
             follow.final = {"status": "aborted", "error": "interrupted before the attempt finished"}
-    finally:
-        if transport is not None:
-            transport.close()
     record = _make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
                           time.monotonic() - t0)
     store.write_record(directory, record)
@@ -132,6 +122,35 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     if follow.interrupted:
         raise Interrupted(f"interrupted; attempt {label} stopped and reverted, record in {directory}")
     return outcome
+
+
+def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
+                  transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
+    """Dry run of an experiment's patch sets on a host, through the agent: lock, check the tree is clean,
+    apply, compile every patched .py, revert, verify byte-identical. Launches nothing. Returns the agent's
+    final report (`status` ok | apply-failed | preflight-failed | infra-error, `compiled`, `revert`)."""
+    run_id = "patchcheck-" + time.strftime("%Y%m%d-%H%M%S")
+    spec = build_spec(resolved, host, run_id=run_id, attempt_id=resolved.name)
+    spec["mode"] = "apply-revert"
+    follow = _Follow()
+    _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), resolved.name)
+    return follow.final or {"status": "infra-error", "error": "no final report"}
+
+
+def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_name: str, host: HostConfig,
+               spec: dict, follow: _Follow, reporter: Reporter, label: str, fetch_into: Path | None = None) -> None:
+    transport: Transport | None = None
+    try:
+        reporter.stage(label, "connect")
+        transport = transport_factory(host_name, host)
+        agent_path = ensure_agent(transport, host)
+        proc = transport.start([host.python, agent_path])
+        _follow_agent(proc, spec, follow, reporter, label, host.is_local)
+        if follow.final is not None and fetch_into is not None:
+            _fetch_artifacts(transport, follow.final, fetch_into)
+    finally:
+        if transport is not None:
+            transport.close()
 
 
 def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Reporter, label: str,
