@@ -273,6 +273,21 @@ def pids_holding(inodes, pids):
     return holders
 
 
+def pick_free_port(host):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.bind((host if host not in ("0.0.0.0", "::") else "", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def fill_slots(argv, port):
+    """Replace the controller's {"slot": "port"} placeholders with the port chosen on the host."""
+    return [str(port) if isinstance(a, dict) and a.get("slot") == "port" else a for a in argv]
+
+
 def port_free(host, port):
     if listening_inodes(port):
         return False
@@ -306,6 +321,38 @@ def read_server_version(repo):
                 return m.group(1)
         except OSError:
             continue
+    return None
+
+
+def arch_of(compute_cap):
+    """'9.0' -> 'sm90', '12.0' -> 'sm120' (nvidia-smi's compute_cap)."""
+    try:
+        major, minor = str(compute_cap).strip().split(".")
+        return "sm%d%d" % (int(major), int(minor))
+    except ValueError:
+        return None
+
+
+def read_backend_choices(repo):
+    """The --attention-backend choices of the SGLang checkout, read from its source (importing SGLang
+    would take many seconds and a GPU stack). None when no literal list is found."""
+    import ast
+
+    candidates = ["python/sglang/srt/arg_groups/choices.py", "python/sglang/srt/server_args.py"]
+    for rel in candidates:
+        try:
+            with open(os.path.join(repo, rel)) as f:
+                tree = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ATTENTION_BACKEND_CHOICES"
+                                                    for t in node.targets):
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    return None
+                return [str(v) for v in value]
     return None
 
 
@@ -448,6 +495,7 @@ class Attempt:
         self.recovered = None
         self._stage = None
         self._stage_t = None
+        self.t_start = time.monotonic()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -460,6 +508,10 @@ class Attempt:
             self.link.emit("stage", stage=name)
 
     def check_abort(self):
+        deadline = self.spec.get("deadline_s")
+        if deadline and time.monotonic() - self.t_start > float(deadline) and not self.link.abort_reason:
+            self.result["budget_exceeded"] = True
+            self.link.abort("the attempt's time budget of %ss is spent" % deadline)
         hb = self.spec.get("heartbeat_timeout_s")
         if hb and time.monotonic() - self.link.last_heard > hb:
             self.link.abort("controller-silent")
@@ -482,7 +534,7 @@ class Attempt:
     # ------------------------------------------------------------------ lifecycle
 
     def run(self):
-        t0 = time.monotonic()
+        t0 = self.t_start = time.monotonic()
         try:
             self.stage("lock")
             self.take_lock()
@@ -618,6 +670,8 @@ class Attempt:
             if want != base:
                 raise StageFailed("preflight-failed", "HEAD is %s but the experiment pins base_ref %r = %s"
                                   % (base[:12], spec["base_ref"], want[:12]))
+        self.result["server_version"] = read_server_version(self.repo)
+        self.result["gpus"] = query_gpus(self.server_env())
         allow = spec.get("allow_dirty") or []
         dirty_before = self.git.status_entries()
         unexpected = [p for _, p in dirty_before if not any(fnmatch.fnmatch(p, g) for g in allow)]
@@ -627,12 +681,14 @@ class Attempt:
                                   self.repo, len(unexpected), ", ".join(unexpected[:30])),
                               dirty=unexpected)
         srv = spec["server"]
-        if not port_free(srv.get("host", "127.0.0.1"), int(srv["port"])):
-            raise StageFailed("preflight-failed", "port %s is already in use on the host" % srv["port"],
-                              port_in_use=srv["port"])
+        if srv["port"] == "auto":
+            srv["port"] = pick_free_port(srv.get("host", "127.0.0.1"))
+            self.result["port"] = srv["port"]
+        elif not port_free(srv.get("host", "127.0.0.1"), int(srv["port"])):
+            raise StageFailed("preflight-failed", "port %s is already in use on the host (set `port: auto` in the "
+                              "experiment to let the harness pick a free one)" % srv["port"], port_in_use=srv["port"])
         tree_before = self.git.tree_state(self.attempt_dir)
-        self.result["server_version"] = read_server_version(self.repo)
-        self.result["gpus"] = query_gpus(self.server_env())
+        self.check_target_fits()
 
         # Patches: write them out, learn which paths they touch, check they apply (changes nothing).
         pdir = os.path.join(self.attempt_dir, "patches")
@@ -691,6 +747,41 @@ class Attempt:
         return "%s does not apply to %s at %s:\n%s" % (where, self.repo, base[:12],
                                                        err.decode(errors="replace").strip()[-3000:])
 
+    def check_target_fits(self):
+        """Refuse what cannot run here: a backend this SGLang does not know, a GPU arch the backend's
+        kernels do not support, too few GPUs. With `expect: crash` it runs anyway (to reproduce a
+        failure on purpose) and the problems are recorded as warnings."""
+        req = self.spec.get("requirements") or {}
+        gpus = self.result.get("gpus")
+        detected = arch_of(gpus[0]["compute_cap"]) if gpus else None
+        arch = req.get("arch") or detected
+        self.result["arch"] = arch
+        problems = []
+        backend = req.get("attention_backend")
+        if backend:
+            choices = read_backend_choices(self.repo)
+            self.result["attention_backend_choices"] = choices
+            added = any(('"%s"' % backend) in p["text"] or ("'%s'" % backend) in p["text"]
+                        for p in self.spec.get("patches") or [])
+            if choices is not None and backend not in choices and not added:
+                problems.append("SGLang %s on this host does not accept --attention-backend %s (valid: %s)"
+                                % (self.result.get("server_version") or "?", backend, ", ".join(choices)))
+        archs = req.get("archs")
+        if archs and arch and arch not in archs:
+            gpu_name = gpus[0]["name"] if gpus else "this GPU"
+            problems.append("backend %s needs %s; this host's GPU is %s (%s)"
+                            % (req.get("backend") or backend, "/".join(archs), arch, gpu_name))
+        need = int(req.get("gpus") or 0)
+        if gpus is not None and need > len(gpus):
+            problems.append("the experiment needs %d GPUs; nvidia-smi on this host shows %d" % (need, len(gpus)))
+        if problems:
+            if self.spec.get("expect") == "crash":
+                self.result["preflight_warnings"] = problems
+                self.link.emit("warning", problems=problems)
+            else:
+                raise StageFailed("preflight-failed", "cannot run here: " + "; ".join(problems),
+                                  cannot_run=problems)
+
     # ------------------------------------------------------------------ patch
 
     def apply(self, plan):
@@ -748,7 +839,7 @@ class Attempt:
         srv = self.spec["server"]
         logf = open(self.log_path, "wb")
         try:
-            self.server = subprocess.Popen(srv["argv"], cwd=self.repo, env=self.server_env(), stdin=subprocess.DEVNULL,
+            self.server = subprocess.Popen(fill_slots(srv["argv"], srv["port"]), cwd=self.repo, env=self.server_env(), stdin=subprocess.DEVNULL,
                                            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             raise StageFailed("crashed", "cannot start the server: %s" % exc)
@@ -851,7 +942,7 @@ class Attempt:
         self.timings["bench_s"] = round(time.monotonic() - t_bench, 4)
 
     def run_bench_case(self, case, rep, out, env):
-        argv = list(case["argv"]) + ["--output-file", out]
+        argv = fill_slots(case["argv"], self.spec["server"]["port"]) + ["--output-file", out]
         logp = os.path.join(self.attempt_dir, "bench-%s.log" % case["name"])
         self.link.emit("bench-start", case=case["name"], repeat=rep)
         lines_before = count_lines(out)

@@ -56,8 +56,9 @@ REGISTRY: dict[str, Backend] = {
         ),
         Backend(
             "custom-fp8-mla",
-            "our Triton MLA decode kernel reading the FP8 KV cache directly",
-            "flashinfer",
+            "our Triton MLA decode kernel reading the FP8 KV cache directly (a new --attention-backend "
+            "choice added by its patch set)",
+            "custom_fp8_mla",
             patch_sets=("custom_fp8_mla",),
             archs=("sm90", "sm100", "sm103", "sm120", "sm121"),
         ),

@@ -18,11 +18,13 @@ KEY_METRICS = (
 )
 
 
-def bench_serving_argv(python: str, exp: Experiment, case: BenchCase) -> list[str]:
+def bench_serving_argv(python: str, exp: Experiment, case: BenchCase) -> list:
     """`python -m sglang.bench_serving …` against the attempt's server; `--output-file` is added on the host."""
     srv = exp.server
     host = "127.0.0.1" if srv.host in ("0.0.0.0", "::", "") else srv.host
-    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(srv.port),
+    from .spec import port_arg
+
+    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", port_arg(srv.port),
             "--model", exp.model.path, "--dataset-name", case.dataset, "--num-prompts", str(case.num_prompts),
             "--random-input-len", str(case.input_len), "--random-output-len", str(case.output_len),
             "--seed", str(case.seed), "--disable-tqdm"]

@@ -6,6 +6,7 @@ Exit codes: 0 every attempt ended with a record (whatever its status); 2 configu
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ from .config import HostConfig, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
 from .project import bundled_dir, default_hosts_file, default_patches_dir
 from .results import Record, ResultsStore, new_run_id
+from .progress import AttemptProgress, SweepProgress
 from .runner import AttemptOutcome, run_attempt
 from .spec import resolve
 
@@ -33,7 +35,9 @@ sim_app = typer.Typer(no_args_is_help=True, help="The simulated SGLang target (n
 app.add_typer(sim_app, name="sim")
 
 # soft_wrap: never break a line inside a path or a command a user may copy.
-out = Console(soft_wrap=True)
+# On a pipe rich assumes 80 columns: tables (plans, comparisons) would be folded into unreadable cells.
+_PIPE_WIDTH = None if sys.stdout.isatty() else 180
+out = Console(soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 _debug = False
 
@@ -46,50 +50,6 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for
     if version:
         out.print(f"harness {__version__}")
         raise typer.Exit(0)
-
-
-# ============================================================================ progress
-
-
-class Progress:
-    """Per attempt: the stage it is in and the time spent. Live on a terminal, plain lines otherwise."""
-
-    def __init__(self, console: Console):
-        self.console = console
-        self.live: Live | None = None
-        self.rows: dict[str, tuple[str, float, float]] = {}  # label → (stage, attempt start, stage start)
-
-    def __enter__(self) -> Progress:
-        if self.console.is_terminal:
-            self.live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True,
-                             get_renderable=self._render)
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.__exit__(None, None, None)
-
-    def _render(self) -> Table:
-        table = Table.grid(padding=(0, 2))
-        now = time.monotonic()
-        for label, (stage, t0, ts) in self.rows.items():
-            table.add_row(f"[bold]{label}[/]", f"[cyan]{stage}[/]", f"{now - ts:5.1f}s in stage",
-                          f"{now - t0:6.1f}s total")
-        return table
-
-    def stage(self, label: str, stage: str) -> None:
-        now = time.monotonic()
-        t0 = self.rows.get(label, (None, now, now))[1]
-        self.rows[label] = (stage, t0, now)
-        if self.live is None:
-            self.console.print(f"[{now - t0:6.1f}s] {label}: {stage}", highlight=False)
-
-    def note(self, label: str, message: str) -> None:
-        self.console.print(f"{label}: {message}", highlight=False, markup=False)
-
-    def done(self, label: str) -> None:
-        self.rows.pop(label, None)
 
 
 # ============================================================================ commands
@@ -113,7 +73,7 @@ def run(
         name, host_cfg = _pick_host(inventory.hosts, host, hosts_path)
         store = ResultsStore(results_dir)
         run_id = new_run_id()
-        with Progress(out) as progress:
+        with AttemptProgress(out) as progress:
             outcome = run_attempt(resolved, name, host_cfg, store, run_id, reporter=progress, lock_wait_s=wait)
         _print_outcomes([outcome])
 
@@ -169,37 +129,259 @@ def sim_init(
 @app.command()
 def demo(
     results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where records go."),
-    arch: str = typer.Option("sm90", "--arch", help="Simulated GPU architecture."),
 ) -> None:
-    """Make a simulated target in a temporary folder and run the example experiments on it."""
+    """Sweep the five backends (and the seed story's crash and hang) over two simulated targets of
+    different GPU arch — an H200 (sm90) and a B200 (sm100) — then print the comparison table."""
     from .sim import init_target
 
     with _errors():
-        experiments_dir = bundled_dir("experiments") / "sim"
+        sweep_file = bundled_dir("experiments") / "sim" / "all-backends.yaml"
         patches_dir = bundled_dir("patches")
-        files = sorted(p for p in experiments_dir.glob("*.yaml") if _is_experiment(p))
-        if not files:
-            raise ConfigError(f"no example experiments found in {experiments_dir}")
-        resolved = [resolve(load_experiment(f), f, patches_dir) for f in files]
         with tempfile.TemporaryDirectory(prefix="harness-demo-") as tmp:
-            target = init_target(Path(tmp) / "sglang", arch=arch, gpus=8)
-            host = HostConfig(address="local", repo=str(target.repo), python=str(target.python), gpus=8,
-                              arch=arch, workdir=str(Path(tmp) / "work"))
-            out.print(f"simulated SGLang target ({arch}) at {target.repo}; running {len(files)} experiments\n",
-                      highlight=False)
-            store = ResultsStore(results_dir)
-            run_id = new_run_id()
-            outcomes = []
-            with Progress(out) as progress:
-                for r in resolved:
-                    outcomes.append(run_attempt(r, "sim-local", host, store, run_id, reporter=progress))
-        _print_outcomes(outcomes)
-        out.print(f"\nrecords: {results_dir / run_id}", highlight=False)
-        if not all(o.record.model_extra.get("expectation_met") for o in outcomes):
+            hosts = {}
+            for name, arch in (("sim-h200", "sm90"), ("sim-b200", "sm100")):
+                target = init_target(Path(tmp) / name, arch=arch, gpus=8)
+                hosts[name] = HostConfig(address="local", repo=str(target.repo), python=str(target.python), gpus=8,
+                                         arch=arch, workdir=str(Path(tmp) / name / ".venv" / "harness-work"))
+            out.print(f"two simulated SGLang targets: {', '.join(f'{n} ({h.arch})' for n, h in hosts.items())}; "
+                      f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
+            outcome = _run_sweep(sweep_file, patches_dir, hosts, ResultsStore(results_dir), new_run_id(), dry_run=False)
+        if outcome is None:
+            return
+        _print_comparison([results_dir / outcome.run_id], baseline=None, metric="output_throughput", fmt="table",
+                          plot_file=None, results_dir=results_dir)
+        out.print(f"\nrecords: {results_dir / outcome.run_id}   (harness compare {outcome.run_id} "
+                  f"--results-dir {results_dir})", highlight=False)
+        if outcome.interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED)
+        met = all((r.model_extra or {}).get("expectation_met") or r.status == "preflight-failed"
+                  for r in outcome.done)
+        if not met:
             raise typer.Exit(1)
 
 
+@app.command()
+def sweep(
+    sweep_file: Path = typer.Argument(..., help="Sweep YAML: a base experiment plus matrix axes, or a list."),
+    hosts_opt: Optional[str] = typer.Option(None, "--hosts", help="Comma-separated host names (default: all)."),
+    hosts_file: Optional[Path] = typer.Option(None, "--hosts-file", help="Host inventory (default: ./hosts.yaml)."),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where records go."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Run id to resume: runs what has no final record."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
+    patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
+) -> None:
+    """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
+    from .plan import plan_sweep
+    from .scheduler import read_run_file
+
+    with _errors():
+        hosts_path = hosts_file or default_hosts_file(sweep_file)
+        inventory = load_inventory(hosts_path)
+        from .config import load_sweep
+
+        sweep_cfg, _ = load_sweep(sweep_file)
+        names = [h.strip() for h in hosts_opt.split(",") if h.strip()] if hosts_opt else list(sweep_cfg.hosts)
+        unknown = [n for n in names if n not in inventory.hosts]
+        if unknown:
+            raise ConfigError(f"host(s) not in the inventory: {', '.join(unknown)}", file=hosts_path,
+                              hint="hosts: " + ", ".join(inventory.hosts))
+        hosts = {n: inventory.hosts[n] for n in names} if names else dict(inventory.hosts)
+        pdir = patches_dir or default_patches_dir(sweep_file)
+        store = ResultsStore(results_dir)
+        if resume:
+            run = read_run_file(results_dir, resume)
+            if Path(run["sweep_file"]) != sweep_file.resolve():
+                others = sorted(p.parent.name for p in results_dir.glob("*/run.json")
+                                if json.loads(p.read_text()).get("sweep_file") == str(sweep_file.resolve()))
+                raise ConfigError(f"run {resume} belongs to another sweep file ({run['sweep_file']})",
+                                  hint=("runs of this sweep: " + ", ".join(others)) if others
+                                  else "this sweep file has no runs yet: start one without --resume")
+            run_id = resume
+        else:
+            run_id = new_run_id()
+        if dry_run:
+            plan = plan_sweep(sweep_file, pdir, hosts)
+            _print_plan(plan, hosts)
+            return
+        outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id, dry_run=False)
+        if outcome is None:
+            return
+        _print_comparison([results_dir / run_id], baseline=None, metric="output_throughput", fmt="table",
+                          plot_file=None, results_dir=results_dir)
+        if outcome.interrupted:
+            err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with "
+                      f"`harness sweep {sweep_file} --resume {run_id}`", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED)
+        if outcome.left:
+            err.print(f"{len(outcome.left)} attempt(s) not run (sweep budget spent or hosts unusable); resume with "
+                      f"`harness sweep {sweep_file} --resume {run_id}`", highlight=False)
+            raise typer.Exit(3)
+        if any(r.status == "infra-error" for r in outcome.done):
+            raise typer.Exit(3)
+
+
+@app.command()
+def compare(
+    runs: list[str] = typer.Argument(..., help="Run ids (under --results-dir) or run folders; several compare runs."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
+    metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
+    plot_file: Optional[Path] = typer.Option(None, "--plot", help="Draw the metric per experiment (matplotlib)."),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where run ids are looked up."),
+) -> None:
+    """One row per experiment: status (cause for failures), medians with spread, ratio to the baseline
+    with significance, noise and comparability warnings."""
+    with _errors():
+        if fmt not in ("table", "markdown", "csv", "json"):
+            raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
+        dirs = []
+        for r in runs:
+            d = Path(r) if Path(r).is_dir() else results_dir / r
+            if not d.is_dir():
+                known = sorted(p.name for p in results_dir.iterdir() if p.is_dir()) if results_dir.is_dir() else []
+                raise ConfigError(f"no run {r!r} (looked for {d})", hint=("known runs: " + ", ".join(known[-10:]))
+                                  if known else "no runs yet")
+            dirs.append(d)
+        _print_comparison(dirs, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file,
+                          results_dir=results_dir)
+
+
+@app.command()
+def validate(
+    files: Optional[list[Path]] = typer.Argument(None, help="YAML files (default: experiments/**.yaml and hosts.yaml)."),
+    against: Optional[Path] = typer.Option(None, "--against", help="A local copy of the target source: dry-apply "
+                                                                 "every referenced patch set to it."),
+    patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
+) -> None:
+    """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
+    from .config import file_kind
+    from .patchcheck import dry_check, target_identity
+    from .plan import plan_sweep
+
+    with _errors():
+        if not files:
+            files = sorted(Path("experiments").rglob("*.yaml")) + ([Path("hosts.yaml")] if Path("hosts.yaml").is_file()
+                                                                  else [])
+        problems: list[str] = []
+        patch_sets = {}
+        for f in files:
+            try:
+                kind = file_kind(f)
+                pdir = patches_dir or default_patches_dir(f)
+                if kind == "hosts":
+                    load_inventory(f)
+                elif kind == "sweep":
+                    for a in plan_sweep(f, pdir, {}).attempts:
+                        patch_sets.update({s.name: s for s in a.resolved.patch_sets})
+                else:
+                    r = resolve(load_experiment(f), f, pdir)
+                    patch_sets.update({s.name: s for s in r.patch_sets})
+                out.print(f"[green]ok[/]   {escape(str(f))} ({kind})", highlight=False)
+            except ConfigError as exc:
+                problems.append(str(exc))
+                out.print(f"[red]fail[/] {escape(str(exc))}", highlight=False)
+        if against is not None:
+            if not against.is_dir():
+                raise ConfigError(f"--against {against}: not a folder")
+            ident = target_identity(against)
+            for name, ps in sorted(patch_sets.items()):
+                if ps.applies_to and ident and ps.applies_to != ident:
+                    out.print(f"skip {name}: made for {ps.applies_to}, the target is {ident}", highlight=False)
+                    continue
+                found = dry_check(ps, against)
+                problems += found
+                if found:
+                    for p in found:
+                        out.print(f"[red]fail[/] {escape(p)}", highlight=False)
+                else:
+                    out.print(f"[green]ok[/]   patch set {name} applies to {against} and compiles", highlight=False)
+        if problems:
+            err.print(f"{len(problems)} problem(s)", style="red")
+            raise typer.Exit(2)
+
+
 # ============================================================================ helpers
+
+
+def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
+               run_id: str, *, dry_run: bool):
+    from .plan import plan_sweep
+    from .scheduler import Scheduler, write_run_file
+
+    plan = plan_sweep(sweep_file, patches_dir, hosts)
+    write_run_file(store, run_id, plan, hosts)
+    out.print(f"run {run_id}: {len(plan.attempts)} attempts ({len(plan.experiments)} experiments) on "
+              f"{', '.join(hosts)}", highlight=False)
+    with SweepProgress(out, total=len(plan.attempts)) as progress:
+        outcome = Scheduler(plan, hosts, store, run_id, reporter=progress).run()
+    if outcome.skipped:
+        out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
+                  highlight=False)
+    return outcome
+
+
+def _print_plan(plan, hosts: dict[str, HostConfig]) -> None:
+    from .scheduler import why_host_does_not_fit
+
+    table = Table(title=f"plan of sweep {plan.name} ({len(plan.attempts)} attempts)", title_justify="left")
+    for col in ("#", "round", "experiment", "backend", "patch sets", "hosts that fit", "key"):
+        table.add_column(col)
+    for a in plan.attempts:
+        fits = [n for n, h in hosts.items() if why_host_does_not_fit(a, h) is None]
+        why = "; ".join(f"{n}: {why_host_does_not_fit(a, h)}" for n, h in hosts.items() if n not in fits)
+        table.add_row(str(a.order + 1), str(a.round), a.name, a.resolved.backend_name or "-",
+                      ", ".join(s.name for s in a.resolved.patch_sets) or "-",
+                      ", ".join(fits) if fits else f"[red]none[/] ({escape(why)})", a.key)
+    out.print(table)
+    if plan.budget.attempt or plan.budget.sweep:
+        out.print(f"budget: attempt {plan.budget.attempt or '-'} s, sweep {plan.budget.sweep or '-'} s")
+
+
+def _print_comparison(run_dirs: list[Path], *, baseline: str | None, metric: str, fmt: str,
+                      plot_file: Path | None, results_dir: Path) -> None:
+    from . import report
+    from .scheduler import is_final
+
+    records = []
+    run_baseline = None
+    for d in run_dirs:
+        run_file = d / "run.json"
+        plan_keys = None
+        if run_file.is_file():
+            run = json.loads(run_file.read_text())
+            plan_keys = {a["key"] for a in run.get("attempts", [])}
+            run_baseline = run_baseline or run.get("baseline")
+        for path in sorted(d.glob("*/*/record.json")):
+            from .results import load_record
+
+            rec = load_record(path)
+            key = (rec.model_extra or {}).get("key")
+            if plan_keys is not None and key is not None and key not in plan_keys:
+                continue  # made by an older version of the plan (an edited patch): stale
+            if is_final(rec):
+                records.append(rec)
+    if not records:
+        raise ConfigError("no records to compare in " + ", ".join(map(str, run_dirs)))
+    rows = report.build_rows(records, metric=metric, baseline=baseline or run_baseline)
+    if plot_file is not None:
+        report.plot(rows, metric, str(plot_file))
+    if fmt == "markdown":
+        print(report.to_markdown(rows, metric), end="")
+    elif fmt == "csv":
+        print(report.to_csv(rows), end="")
+    elif fmt == "json":
+        print(report.to_json(rows, metric))
+    else:
+        table = Table(title=f"{metric} ({'lower' if report.lower_is_better(metric) else 'higher'} is better; "
+                            f"▲ better ▼ worse ≈ not significant ? too few samples)", title_justify="left")
+        for col in report.columns(rows):
+            table.add_column(col, overflow="fold")
+        for line in report.table_rows(rows):
+            style = None
+            table.add_row(*[escape(x) for x in line], style=style)
+        out.print(table)
+    if plot_file is not None and fmt == "table":
+        out.print(f"plot: {plot_file}", highlight=False)
 
 
 def _is_experiment(path: Path) -> bool:

@@ -79,8 +79,15 @@ class ModelSettings(Strict):
 
 
 class ServerSettings(Strict):
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 65535:
+            raise ValueError("a port is between 1 and 65535 (or 'auto')")
+        return v
+
     host: str = "127.0.0.1"
-    port: int = Field(30000, ge=1, le=65535)
+    port: int | Literal["auto"] = Field(30000, description="a port, or 'auto': a free one picked on the host")
     tp: int = Field(1, ge=1)
     dp: int | None = Field(None, ge=1)
     kv_cache_dtype: str | None = None
@@ -133,6 +140,8 @@ class Experiment(Strict):
     description: str = ""
     backend: str | None = None
     patches: tuple[Name, ...] = ()
+    # Per backend, patch sets to use instead of the registry's (e.g. a simulated target's own versions).
+    backend_patches: dict[str, tuple[Name, ...]] = {}
     model: ModelSettings
     server: ServerSettings = ServerSettings()
     bench: tuple[BenchCase, ...] = ()
@@ -157,6 +166,59 @@ class Experiment(Strict):
         return self.gpus if self.gpus is not None else self.server.tp * (self.server.dp or 1)
 
 
+# --------------------------------------------------------------------------- sweeps
+
+
+class Budget(Strict):
+    attempt: float | None = Field(None, gt=0, description="seconds; an attempt running longer is stopped")
+    sweep: float | None = Field(None, gt=0, description="seconds; no new attempt starts after this")
+
+
+class Sweep(Strict):
+    """A base experiment plus matrix axes, and/or a list of experiment files; run `rounds` times
+    interleaved (A B C A B C) so drift on the box spreads evenly over the experiments."""
+
+    name: Name
+    description: str = ""
+    base: str | None = Field(None, description="experiment file the matrix varies, relative to this file")
+    matrix: dict[str, tuple[Any, ...]] = {}
+    experiments: tuple[str, ...] = Field((), description="experiment files, relative to this file")
+    rounds: int = Field(1, ge=1)
+    baseline: str | None = None
+    budget: Budget = Budget()
+    hosts: tuple[Annotated[str, Field(pattern=SAFE_NAME)], ...] = ()
+
+    @model_validator(mode="after")
+    def _shape(self) -> Sweep:
+        if self.matrix and not self.base:
+            raise ValueError("a matrix needs a `base:` experiment to vary")
+        if not self.base and not self.experiments:
+            raise ValueError("a sweep needs `base:` (with an optional matrix) or `experiments:` (a list of files)")
+        for axis, values in self.matrix.items():
+            if not values:
+                raise ValueError(f"matrix axis {axis!r} has no values")
+        return self
+
+
+def load_sweep(file: Path) -> tuple[Sweep, YamlDoc]:
+    doc = load_yaml(file)
+    data = doc.data
+    if isinstance(data, dict) and "name" not in data:
+        data = {"name": file.stem, **data}
+    return _validate(Sweep, data, doc, what="sweep"), doc
+
+
+def file_kind(file: Path) -> str:
+    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file."""
+    data = load_yaml(file).data
+    if isinstance(data, dict):
+        if "hosts" in data:
+            return "hosts"
+        if {"matrix", "base", "experiments", "rounds"} & set(data):
+            return "sweep"
+    return "experiment"
+
+
 # --------------------------------------------------------------------------- patchset.yaml
 
 
@@ -171,9 +233,12 @@ class PatchSetMeta(Strict):
 
 def load_experiment(file: Path) -> Experiment:
     doc = load_yaml(file)
-    data = doc.data
+    return experiment_from_data(doc.data, doc, default_name=file.stem)
+
+
+def experiment_from_data(data: Any, doc: YamlDoc, *, default_name: str) -> Experiment:
     if isinstance(data, dict) and "name" not in data:
-        data = {"name": file.stem, **data}
+        data = {"name": default_name, **data}
     return _validate(Experiment, data, doc, what="experiment")
 
 

@@ -7,6 +7,7 @@ attempt spec, and hashed so results can say exactly which patch contents produce
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -34,6 +35,7 @@ class PatchSet:
     description: str
     patches: tuple[PatchFile, ...]
     files: tuple[NewFile, ...]
+    applies_to: str | None = None
 
     @property
     def sha256(self) -> str:
@@ -74,6 +76,10 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
         if "\n+++ " not in text and not text.startswith("+++ ") and "GIT binary patch" not in text:
             raise ConfigError("not a unified diff (no '+++' header)", file=p,
                               hint="make patches with `git diff` relative to the target repo root")
+        bad = [path for path in diff_paths(text) if not safe_relpath(path)]
+        if bad:
+            raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {', '.join(bad)}",
+                              file=p, hint="patch paths must be relative to the repo root, without '..' or .git/")
         patches.append(PatchFile(p.name, text))
     files = []
     files_root = folder / "files"
@@ -82,8 +88,32 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
             if f.is_symlink() or not f.is_file():
                 continue
             rel = PurePosixPath(*f.relative_to(files_root).parts)
+            if not safe_relpath(str(rel)):
+                raise ConfigError(f"files/{rel} would be written inside .git/", file=f,
+                                  hint="a patch set may only write inside the work tree")
             files.append(NewFile(str(rel), f.read_bytes(), 0o755 if f.stat().st_mode & 0o111 else 0o644))
     if not patches and not files:
         raise ConfigError(f"patch set {name!r} is empty", file=folder,
                           hint="add *.patch files or a files/ tree")
-    return PatchSet(name, folder, meta.description if meta else "", tuple(patches), tuple(files))
+    return PatchSet(name, folder, meta.description if meta else "", tuple(patches), tuple(files),
+                    meta.applies_to if meta else None)
+
+
+_HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+)|"
+                     r"rename (?:from|to) (\S+)|copy (?:from|to) (\S+))", re.MULTILINE)
+
+
+def diff_paths(text: str) -> set[str]:
+    """Every path a unified diff names in its headers (without the a/ b/ prefixes)."""
+    out = set()
+    for m in _HEADER.finditer(text):
+        for g in m.groups():
+            if g and g != "/dev/null":
+                out.add(g.strip('"'))
+    return out
+
+
+def safe_relpath(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not path.startswith("/") and ".." not in parts and parts[0] != ".git" and \
+        ".git" not in parts

@@ -64,6 +64,7 @@ class _Follow:
     hung_reason: str | None = None
     bench_rows: dict[str, list[dict]] = field(default_factory=dict)
     interrupted: bool = False
+    cancel: threading.Event | None = None
 
 
 def agent_name() -> str:
@@ -93,15 +94,19 @@ def ensure_agent(t: Transport, host: HostConfig) -> str:
 
 def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: ResultsStore, run_id: str, *,
                 reporter: Reporter | None = None, transport_factory: Callable[[str, HostConfig], Transport] = connect,
-                lock_wait_s: float = 0.0) -> AttemptOutcome:
+                lock_wait_s: float = 0.0, cancel: threading.Event | None = None,
+                attempt_budget_s: float | None = None, record_extra: dict | None = None) -> AttemptOutcome:
+    """One attempt, one record. `cancel` (set from another thread) aborts it like Ctrl-C does; the
+    record then says `aborted` and `Interrupted` is raised after it is written."""
     reporter = reporter or SilentReporter()
     exp = resolved.experiment
     directory = store.new_attempt_dir(run_id, exp.name)
     attempt = directory.name
     label = f"{exp.name}#{attempt}@{host_name}"
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=f"{exp.name}-{attempt}", lock_wait_s=lock_wait_s)
+    spec["deadline_s"] = attempt_budget_s
     t0 = time.monotonic()
-    follow = _Follow()
+    follow = _Follow(cancel=cancel)
     host_error: HarnessError | None = None
     try:
         _run_agent(transport_factory, host_name, host, spec, follow, reporter, label, fetch_into=directory)
@@ -114,7 +119,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
         if follow.final is None:
             follow.final = {"status": "aborted", "error": "interrupted before the attempt finished"}
     record = _make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
-                          time.monotonic() - t0)
+                          time.monotonic() - t0, record_extra or {})
     store.write_record(directory, record)
     outcome = AttemptOutcome(record, directory)
     if host_error is not None:
@@ -162,8 +167,19 @@ def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Re
         while not stop_heartbeat.wait(interval):
             proc.write(b'{"cmd": "ping"}\n')
 
+    def watch_cancel() -> None:
+        assert follow.cancel is not None
+        while not stop_heartbeat.is_set():
+            if follow.cancel.wait(0.2) and not stop_heartbeat.is_set():
+                follow.interrupted = True
+                reporter.note(label, "cancelled: stopping the server and reverting")
+                proc.write(b'{"cmd": "abort"}\n')
+                return
+
     proc.write((json.dumps(spec) + "\n").encode())
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
+    if follow.cancel is not None:
+        threading.Thread(target=watch_cancel, name="cancel", daemon=True).start()
     try:
         while True:
             try:
@@ -251,7 +267,7 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
 
 
 def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: dict, follow: _Follow,
-                 directory: Path, host_error: HarnessError | None, elapsed: float) -> Record:
+                 directory: Path, host_error: HarnessError | None, elapsed: float, record_extra: dict) -> Record:
     final = follow.final or {}
     status = final.get("status") or "infra-error"
     error = final.get("error")
@@ -282,6 +298,7 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
         "harness_version": __version__,
         "server_version": final.get("server_version"),
         "gpu": final.get("gpus"),
+        "arch": final.get("arch"),
         "agent_python": (follow.hello or {}).get("python"),
         "hostname": (follow.hello or {}).get("hostname"),
     }
@@ -290,13 +307,15 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
         "expectation_met": status == {"ok": "ok", "crash": "crashed", "hang": "hung"}[r.experiment.expect],
         "experiment_file": str(r.file.resolve()),
         "server": {"argv": spec["server"]["argv"], "env": redact_env(spec["server"]["env"]),
-                   "port": spec["server"]["port"], "exit_code": final.get("server_exit"),
+                   "port": final.get("port") or spec["server"]["port"], "exit_code": final.get("server_exit"),
                    "stop": final.get("stop")},
         "changed_paths": final.get("changed_paths"),
         "recovered": final.get("recovered"),
         "abort_reason": final.get("abort_reason"),
     }
-    for key in ("dirty", "locked_by", "fetch_missing", "port_in_use"):
+    extra.update(record_extra)
+    for key in ("dirty", "locked_by", "fetch_missing", "port_in_use", "cannot_run", "preflight_warnings", "arch",
+                "budget_exceeded"):
         if final.get(key):
             extra[key] = final[key]
     return Record(

@@ -55,7 +55,10 @@ def resolve(exp: Experiment, file: Path, patches_dir: Path) -> Resolved:
         if exp.server.attention_backend is not None:
             raise ConfigError("give either `backend:` or `server.attention_backend:`, not both", file=file,
                               line=line("server", "attention_backend"))
-    names: list[tuple[str, int | None]] = [(n, line("backend")) for n in (backend.patch_sets if backend else ())]
+    backend_sets: tuple[str, ...] = backend.patch_sets if backend else ()
+    if backend and backend.name in exp.backend_patches:
+        backend_sets = exp.backend_patches[backend.name]
+    names: list[tuple[str, int | None]] = [(n, line("backend")) for n in backend_sets]
     names += [(n, line("patches", i)) for i, n in enumerate(exp.patches)]
     seen: set[str] = set()
     sets = []
@@ -67,10 +70,19 @@ def resolve(exp: Experiment, file: Path, patches_dir: Path) -> Resolved:
     return Resolved(exp, file, backend, tuple(sets))
 
 
-def server_argv(python: str, r: Resolved) -> list[str]:
+# An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
+# never come out of a YAML string, so it cannot be forged by one.
+PORT_SLOT = {"slot": "port"}
+
+
+def port_arg(port: int | str) -> str | dict:
+    return PORT_SLOT if port == "auto" else str(port)
+
+
+def server_argv(python: str, r: Resolved) -> list:
     exp, srv = r.experiment, r.experiment.server
     argv = [python, "-m", "sglang.launch_server", "--model-path", exp.model.path, "--host", srv.host,
-            "--port", str(srv.port), "--tp-size", str(srv.tp)]
+            "--port", port_arg(srv.port), "--tp-size", str(srv.tp)]
     valued = (("--dp-size", srv.dp), ("--kv-cache-dtype", srv.kv_cache_dtype),
               ("--mem-fraction-static", srv.mem_fraction_static), ("--cuda-graph-max-bs", srv.cuda_graph_max_bs),
               ("--page-size", srv.page_size), ("--context-length", srv.context_length),
@@ -126,4 +138,11 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         "heartbeat_timeout_s": heartbeat_timeout_s,
         "lock_wait_s": lock_wait_s,
         "expect": exp.expect,
+        "requirements": {
+            "backend": r.backend_name,
+            "attention_backend": r.backend.attention_backend if r.backend else exp.server.attention_backend,
+            "archs": list(r.backend.archs) if r.backend and r.backend.archs else None,
+            "arch": host.arch,
+            "gpus": exp.gpus_needed,
+        },
     }

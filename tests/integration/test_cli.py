@@ -193,15 +193,19 @@ def test_sim_init_prints_interpreter(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
 
 
-def test_demo_runs_examples_under_a_minute(tmp_path):
-    t0 = time.monotonic()
-    p = harness("demo", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=120)
-    elapsed = time.monotonic() - t0
+def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(tmp_path):
+    p = harness("demo", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     records = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
-    statuses = sorted(r["status"] for r in records)
-    assert "ok" in statuses and "crashed" in statuses and "hung" in statuses
-    assert all(r["expectation_met"] for r in records)
+    by_exp = {}
+    for r in records:
+        by_exp.setdefault(r["experiment"], []).append(r)
+    assert {r["status"] for r in by_exp["sim-fp8-kv-into-mla-plan"]} == {"crashed"}
+    assert {r["status"] for r in by_exp["sim-hang-nccl-init"]} == {"hung"}
+    assert {r["host"] for r in by_exp["sim-trtllm_mla"]} == {"sim-b200"}  # Blackwell-only: ran on the B200
+    assert all(r["status"] == "ok" for r in by_exp["sim-trtllm_mla"])
+    assert {r["status"] for r in by_exp["sim-cutlass_mla"]} == {"preflight-failed"}  # not in SGLang 0.5.23
+    assert {r["host"] for r in by_exp["sim-flashinfer-mla"]} == {"sim-h200", "sim-b200"}  # baseline per arch
     assert all(r["revert"] is None or r["revert"]["verified"] for r in records)
-    assert "static assert" in p.stdout.replace("_", " ") or "static_assert" in p.stdout
-    assert elapsed < 60, f"demo took {elapsed:.1f}s"
+    assert "static assertion failed" in p.stdout
+    assert "vs base" in p.stdout and "▲" in p.stdout  # the comparison table, with significant ratios

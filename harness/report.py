@@ -1,0 +1,326 @@
+"""Comparison of results (pure): one row per experiment (and GPU), medians over repeats with their
+spread, ratios to a baseline with a significance test on the per-repeat samples, noise and
+comparability called out. Rendering to table / markdown / csv / json lives here too; printing does not."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from .results import Record
+
+ALPHA = 0.05
+NOISY_CV = 0.05
+MIN_SAMPLES = 3
+MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""}
+
+
+@dataclass
+class Cell:
+    median: float | None
+    cv: float | None
+    n: int
+    samples: list[float]
+    ratio: float | None = None
+    p_value: float | None = None
+    verdict: str = "n/a"  # better | worse | same | few | n/a
+
+    @property
+    def marker(self) -> str:
+        return MARKERS[self.verdict]
+
+
+@dataclass
+class Row:
+    label: str
+    experiment: str
+    run_id: str
+    backend: str | None
+    gpu: str | None
+    status: str
+    attempts: int
+    ok: int
+    category: str | None = None
+    key_line: str | None = None
+    top_op: str | None = None
+    provenance: dict = field(default_factory=dict)
+    cells: dict[str, Cell] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    is_baseline: bool = False
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric.endswith("_ms") or any(w in metric for w in ("latency", "ttft", "itl", "tpot", "duration"))
+
+
+def gpu_of(rec: Record) -> str | None:
+    gpus = rec.provenance.get("gpu") or []
+    if gpus:
+        return f"{gpus[0].get('name')} x{len(gpus)}"
+    return None
+
+
+def group_records(records: list[Record]) -> dict[tuple[str, str, str | None], list[Record]]:
+    """(run, experiment, GPU) → records. Mixed GPUs are never pooled: the same backend on an H200 and
+    on a B200 are two rows."""
+    groups: dict[tuple[str, str, str | None], list[Record]] = {}
+    for rec in records:
+        groups.setdefault((rec.run_id, rec.experiment, gpu_of(rec)), []).append(rec)
+    return groups
+
+
+def build_rows(records: list[Record], *, metric: str, baseline: str | None = None,
+               cases: list[str] | None = None) -> list[Row]:
+    groups = group_records(records)
+    multi_run = len({k[0] for k in groups}) > 1
+    multi_gpu = {exp for (run, exp, gpu) in groups if sum(1 for k in groups if k[1] == exp and k[0] == run) > 1}
+    all_cases = cases or sorted({c for r in records for c in r.metrics})
+    rows = []
+    for (run_id, exp, gpu), recs in groups.items():
+        label = exp + (f" @ {gpu}" if exp in multi_gpu and gpu else "")
+        if multi_run:
+            label = f"{run_id}:{label}"
+        rows.append(_row(label, run_id, exp, gpu, recs, metric, all_cases))
+    rows.sort(key=lambda r: (r.run_id, r.experiment, r.gpu or ""))
+    _apply_baseline(rows, baseline, metric)
+    return rows
+
+
+def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record], metric: str,
+         cases: list[str]) -> Row:
+    ok = [r for r in recs if r.status == "ok"]
+    latest = recs[-1]
+    if ok:
+        status = "ok"
+    else:
+        status = Counter(r.status for r in recs).most_common(1)[0][0]
+    row = Row(label=label, experiment=exp, run_id=run_id, backend=latest.backend, gpu=gpu, status=status,
+              attempts=len(recs), ok=len(ok), provenance=_provenance(ok[-1] if ok else latest))
+    failing = [r for r in recs if r.status == status] if status != "ok" else []
+    if failing:
+        f = failing[-1]
+        row.category = f.verdict.category if f.verdict else None
+        if f.verdict and f.verdict.category == "hung":
+            row.key_line = f"no progress in {f.verdict.phase}" if f.verdict.phase else "no progress"
+        elif f.verdict and f.verdict.key_line:
+            row.key_line = f.verdict.key_line
+        elif f.error:
+            row.key_line = f.error.strip().splitlines()[0]
+    if ok and len(ok) < len(recs):
+        row.notes.append(f"{len(recs) - len(ok)} of {len(recs)} attempts not ok")
+    tops = [(r.model_extra or {}).get("profile", {}).get("top") for r in ok]
+    tops = [t for t in tops if t]
+    if tops:
+        first = tops[-1][0]
+        row.top_op = f"{first.get('name')} {first.get('share', 0) * 100:.0f}%"
+    for case in cases:
+        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get("samples", {}).get(metric) or [])]
+        row.cells[case] = _cell(samples)
+        cell = row.cells[case]
+        if cell.n and cell.cv is not None and cell.cv > NOISY_CV:
+            row.notes.append(f"{case}: noisy (CV {cell.cv * 100:.1f}%)")
+        if 0 < cell.n < MIN_SAMPLES:
+            row.notes.append(f"{case}: few samples (n={cell.n})")
+    return row
+
+
+def _provenance(rec: Record) -> dict:
+    p = rec.provenance
+    return {"gpu": gpu_of(rec), "server_version": p.get("server_version"), "base_commit": p.get("base_commit"),
+            "host": rec.host}
+
+
+def _cell(samples: list[float]) -> Cell:
+    if not samples:
+        return Cell(None, None, 0, [])
+    med = statistics.median(samples)
+    cv = statistics.pstdev(samples) / statistics.mean(samples) if len(samples) > 1 and statistics.mean(samples) else 0.0
+    return Cell(med, cv, len(samples), samples)
+
+
+def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
+    if not rows:
+        return
+    candidates = [r for r in rows if baseline in (r.label, r.experiment)] if baseline else rows[:1]
+    if any(r.status == "ok" for r in candidates):  # a baseline that never ran measures nothing
+        candidates = [r for r in candidates if r.status == "ok"]
+    if not candidates:
+        for r in rows:
+            r.notes.append(f"baseline {baseline!r} not found")
+        return
+    for b in candidates:
+        b.is_baseline = True
+    lower = lower_is_better(metric)
+    for row in rows:
+        # The baseline measured under the same conditions, when there is one.
+        base = next((b for b in candidates if b.provenance == row.provenance or
+                     (b.gpu == row.gpu and b.run_id == row.run_id)), candidates[0])
+        diffs = [k for k in ("gpu", "server_version", "base_commit")
+                 if base.provenance.get(k) != row.provenance.get(k)]
+        if diffs and row is not base and row.status == "ok":
+            what = ", ".join(f"{k} {_short(row.provenance.get(k))} vs {_short(base.provenance.get(k))}" for k in diffs)
+            row.notes.append(f"not comparable to the baseline: {what}")
+        for case, cell in row.cells.items():
+            bcell = base.cells.get(case)
+            if row is base or bcell is None or not cell.n or not bcell.n or not bcell.median:
+                continue
+            cell.ratio = cell.median / bcell.median
+            if diffs:
+                cell.verdict = "n/a"
+                continue
+            if min(cell.n, bcell.n) < MIN_SAMPLES:
+                cell.verdict = "few"
+                continue
+            cell.p_value = mann_whitney_p(cell.samples, bcell.samples)
+            if cell.p_value >= ALPHA:
+                cell.verdict = "same"
+            else:
+                better = cell.ratio < 1 if lower else cell.ratio > 1
+                cell.verdict = "better" if better else "worse"
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U test (scipy): do the two sets of repeats differ?"""
+    from scipy.stats import mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def _short(v: object) -> str:
+    s = str(v)
+    return s[:12] if len(s) == 40 else s
+
+
+# ============================================================================ rendering
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def cell_text(cell: Cell) -> str:
+    if not cell.n:
+        return "-"
+    spread = f" ±{cell.cv * 100:.1f}%" if cell.cv is not None and cell.n > 1 else ""
+    return f"{_fmt(cell.median)}{spread} (n={cell.n})"
+
+
+def ratio_text(cell: Cell, is_baseline: bool) -> str:
+    if is_baseline:
+        return "baseline"
+    if cell.ratio is None:
+        return "-"
+    return f"{cell.ratio:.2f}x {cell.marker}".strip()
+
+
+def status_text(row: Row) -> str:
+    if row.status == "ok":
+        return "ok" if row.ok == row.attempts else f"ok ({row.ok}/{row.attempts})"
+    s = row.status
+    if row.category and row.category != row.status:
+        s += f": {row.category}"
+    return s
+
+
+def columns(rows: list[Row]) -> list[str]:
+    cases = sorted({c for r in rows for c in r.cells})
+    cols = ["experiment", "backend", "status"]
+    for c in cases:
+        cols += [c, f"{c} vs base"]
+    if any(r.top_op for r in rows):
+        cols.append("top op")
+    return cols + ["notes"]
+
+
+def table_rows(rows: list[Row]) -> list[list[str]]:
+    cases = sorted({c for r in rows for c in r.cells})
+    out = []
+    for r in rows:
+        notes = list(r.notes)
+        if r.key_line:
+            notes.insert(0, r.key_line[:120] + ("…" if len(r.key_line) > 120 else ""))
+        line = [r.label, r.backend or "-", status_text(r)]
+        for c in cases:
+            cell = r.cells.get(c) or Cell(None, None, 0, [])
+            line += [cell_text(cell), ratio_text(cell, r.is_baseline)]
+        if any(x.top_op for x in rows):
+            line.append(r.top_op or "-")
+        line.append("; ".join(notes))
+        out.append(line)
+    return out
+
+
+def to_markdown(rows: list[Row], metric: str) -> str:
+    cols = columns(rows)
+    lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
+             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples",
+             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for line in table_rows(rows):
+        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in line) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    cases = sorted({c for r in rows for c in r.cells})
+    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok"]
+    for c in cases:
+        head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
+    w.writerow(head + ["top_op", "notes"])
+    for r in rows:
+        line = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status, r.category, r.key_line, r.attempts, r.ok]
+        for c in cases:
+            cell = r.cells.get(c) or Cell(None, None, 0, [])
+            line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
+        w.writerow(line + [r.top_op, "; ".join(r.notes)])
+    return buf.getvalue()
+
+
+def to_json(rows: list[Row], metric: str) -> str:
+    return json.dumps({"metric": metric, "lower_is_better": lower_is_better(metric),
+                       "rows": [asdict(r) for r in rows]}, indent=1)
+
+
+def plot(rows: list[Row], metric: str, path: str) -> None:
+    """Median per experiment with min–max error bars, one panel per bench case (matplotlib extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from .errors import ConfigError
+
+        raise ConfigError("--plot needs matplotlib", hint="pip install 'harness[plot]'") from None
+    cases = sorted({c for r in rows for c in r.cells})
+    fig, axes = plt.subplots(len(cases), 1, figsize=(max(6, len(rows) * 1.1), 3.2 * len(cases)), squeeze=False)
+    for ax, case in zip(axes[:, 0], cases):
+        labels, meds, lo, hi = [], [], [], []
+        for r in rows:
+            cell = r.cells.get(case)
+            labels.append(r.label)
+            if cell and cell.n:
+                meds.append(cell.median)
+                lo.append(cell.median - min(cell.samples))
+                hi.append(max(cell.samples) - cell.median)
+            else:
+                meds.append(0.0)
+                lo.append(0.0)
+                hi.append(0.0)
+        colors = ["tab:gray" if r.is_baseline else ("tab:blue" if r.status == "ok" else "tab:red") for r in rows]
+        ax.bar(range(len(rows)), meds, yerr=[lo, hi], color=colors, capsize=4)
+        ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(metric)
+        ax.set_title(case)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,295 @@
+"""Running a planned sweep over hosts: a worker per target repo, attempts taken in planned order by the
+first host that fits them, infrastructure failures retried (later, or elsewhere), deterministic outcomes
+never retried, and `results/<run-id>/run.json` kept so an interrupted sweep resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import HostConfig
+from .errors import AgentProtocolError, ConfigError, HostError, Interrupted
+from .plan import Plan, PlannedAttempt
+from .results import Record, ResultsStore, load_record, write_exclusive
+from .runner import Reporter, run_attempt
+from .transport import Transport, connect
+
+RUN_SCHEMA = 1
+# A record with one of these statuses is not a result: the attempt runs again on resume.
+NOT_FINAL = ("infra-error", "aborted")
+MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep
+
+
+def is_final(rec: Record) -> bool:
+    return rec.status not in NOT_FINAL or bool((rec.model_extra or {}).get("budget_exceeded"))
+
+
+def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
+    """Pure: the reason this host cannot take the attempt, or None. Arch is only known when the
+    inventory says it; otherwise the agent checks on the host (nvidia-smi)."""
+    exp = a.resolved.experiment
+    if a.arch and host.arch != a.arch:
+        return f"this run of the baseline is for {a.arch} hosts"
+    if exp.gpus_needed > host.gpus:
+        return f"needs {exp.gpus_needed} GPUs, has {host.gpus}"
+    backend = a.resolved.backend
+    if backend and backend.archs and host.arch and host.arch not in backend.archs and exp.expect != "crash":
+        return f"backend {backend.name} needs {'/'.join(backend.archs)}, host is {host.arch}"
+    return None
+
+
+# ============================================================================ run.json
+
+
+def write_run_file(store: ResultsStore, run_id: str, plan: Plan, hosts: dict[str, HostConfig]) -> Path:
+    doc = {
+        "schema": RUN_SCHEMA, "run_id": run_id, "sweep": plan.name, "sweep_file": str(plan.file.resolve()),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "baseline": plan.baseline, "hosts": sorted(hosts),
+        "attempts": [{"key": a.key, "experiment": a.name, "round": a.round, "order": a.order,
+                      "backend": a.resolved.backend_name, "arch": a.arch} for a in plan.attempts],
+    }
+    path = store.run_dir(run_id) / "run.json"
+    if path.exists():  # resuming: the plan may have changed (an edited patch): keep the newest plan
+        path.unlink()
+    return write_exclusive(path, json.dumps(doc, indent=1) + "\n")
+
+
+def read_run_file(results_dir: Path, run_id: str) -> dict:
+    path = results_dir / run_id / "run.json"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in results_dir.glob("*/run.json")) if results_dir.is_dir() else []
+        raise ConfigError(f"no run {run_id!r} in {results_dir}",
+                          hint=("known runs: " + ", ".join(known)) if known else "no sweep runs there yet")
+    return json.loads(path.read_text())
+
+
+def existing_records(run_dir: Path) -> dict[str, list[Record]]:
+    """Records of a run by attempt key (several when infrastructure failures were retried)."""
+    by_key: dict[str, list[Record]] = {}
+    for path in sorted(run_dir.glob("*/*/record.json")):
+        try:
+            rec = load_record(path)
+        except (OSError, ValueError):
+            continue
+        key = (rec.model_extra or {}).get("key")
+        if key:
+            by_key.setdefault(key, []).append(rec)
+    return by_key
+
+
+# ============================================================================ the scheduler
+
+
+@dataclass
+class SweepOutcome:
+    run_id: str
+    done: list[Record] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # keys with a final record from before (resume)
+    left: list[PlannedAttempt] = field(default_factory=list)  # not run: budget spent, interrupted, no host
+    interrupted: bool = False
+
+
+class SweepReporter(Reporter):
+    def attempt_started(self, host: str, label: str) -> None: ...
+
+    def attempt_finished(self, host: str, label: str, record: Record) -> None: ...
+
+    def totals(self, done: int, failed: int, left: int, eta_s: float | None) -> None: ...
+
+
+class Scheduler:
+    def __init__(self, plan: Plan, hosts: dict[str, HostConfig], store: ResultsStore, run_id: str, *,
+                 reporter: SweepReporter, transport_factory: Callable[[str, HostConfig], Transport] = connect,
+                 infra_cooldown_s: float = 30.0):
+        self.plan = plan
+        self.hosts = hosts
+        self.store = store
+        self.run_id = run_id
+        self.reporter = reporter
+        self.transport_factory = transport_factory
+        self.infra_cooldown_s = infra_cooldown_s
+        self.cancel = threading.Event()
+        self._cv = threading.Condition()
+        self._pending: list[PlannedAttempt] = []
+        self._running: dict[str, PlannedAttempt] = {}
+        self._tries: dict[str, int] = {}
+        self._avoid: dict[str, set[str]] = {}  # key → hosts where it hit an infrastructure failure
+        self._host_cool_until: dict[str, float] = {}
+        self._durations: list[float] = []
+        self._first_host: dict[str, str] = {}  # experiment → host that ran its first round
+        self._alive: set[str] = set()
+        self._workers_done = threading.Event()
+        self._live_workers = 0
+        self.outcome = SweepOutcome(run_id)
+
+    # ------------------------------------------------------------------ public
+
+    def run(self) -> SweepOutcome:
+        prior = existing_records(self.store.root / self.run_id)
+        for a in self.plan.attempts:
+            if any(is_final(r) for r in prior.get(a.key, [])):
+                self.outcome.skipped.append(a.key)
+            else:
+                self._pending.append(a)
+        self._refuse_unplaceable()
+        self._t0 = time.monotonic()
+        workers = [threading.Thread(target=self._worker, args=(name,), name=f"host-{name}", daemon=True)
+                   for name in self._worker_hosts()]
+        self._live_workers = len(workers)
+        for w in workers:
+            w.start()
+        # Wait on an event, not Thread.join: a Ctrl-C landing inside join() can leave CPython believing
+        # the thread has stopped (bpo-45274), and the process would then exit mid-revert.
+        try:
+            while not self._workers_done.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            self.outcome.interrupted = True
+            self.cancel.set()
+            with self._cv:
+                self._cv.notify_all()
+            while not self._workers_done.wait(0.2):
+                pass
+        with self._cv:
+            self.outcome.left = sorted(self._pending + list(self._running.values()), key=lambda a: a.order)
+        return self.outcome
+
+    # ------------------------------------------------------------------ internals
+
+    def _worker_hosts(self) -> list[str]:
+        """One worker per target repo: two inventory names for the same repo would race for its lock."""
+        seen: dict[tuple, str] = {}
+        for name, h in self.hosts.items():
+            seen.setdefault((h.address, h.port, h.user, h.repo), name)
+        return list(seen.values())
+
+    def _refuse_unplaceable(self) -> None:
+        """An attempt no host can take is a deterministic outcome: record it, do not wait for it."""
+        for a in list(self._pending):
+            reasons = {n: why_host_does_not_fit(a, h) for n, h in self.hosts.items()}
+            if all(reasons.values()):
+                self._pending.remove(a)
+                self._record_unplaceable(a, reasons)
+
+    def _record_unplaceable(self, a: PlannedAttempt, reasons: dict[str, str | None]) -> None:
+        directory = self.store.new_attempt_dir(self.run_id, a.name)
+        why = "; ".join(f"{n}: {r}" for n, r in reasons.items())
+        rec = Record(run_id=self.run_id, experiment=a.name, attempt=directory.name, host="-",
+                     backend=a.resolved.backend_name, status="preflight-failed",
+                     error=f"no host in the inventory can run it ({why})", key=a.key, round=a.round,
+                     sweep=self.plan.name, expect=a.resolved.experiment.expect,
+                     expectation_met=False, cannot_run=list(r for r in reasons.values() if r))
+        self.store.write_record(directory, rec)
+        self.outcome.done.append(rec)
+        self.reporter.attempt_finished("-", a.name, rec)
+
+    def _next_for(self, host: str) -> PlannedAttempt | None:
+        """Called with the lock held: the first pending attempt this host can take now."""
+        if time.monotonic() < self._host_cool_until.get(host, 0.0):
+            return None
+        for a in self._pending:
+            if why_host_does_not_fit(a, self.hosts[host]) is not None:
+                continue
+            first = None if a.arch else self._first_host.get(a.name)
+            if first and first != host and self.hosts[first].arch != self.hosts[host].arch and \
+                    first in self._alive:
+                continue  # keep an experiment's rounds on one kind of GPU, so its samples pool
+            others = [n for n in self._worker_hosts() if n != host and why_host_does_not_fit(a, self.hosts[n]) is None
+                      and n not in self._avoid.get(a.key, set())]
+            if host in self._avoid.get(a.key, set()) and others:
+                continue  # it failed here for infrastructure reasons: let another host try first
+            return a
+        return None
+
+    def _budget_spent(self) -> bool:
+        b = self.plan.budget.sweep
+        return b is not None and time.monotonic() - self._t0 > b
+
+    def _worker(self, host: str) -> None:
+        with self._cv:
+            self._alive.add(host)
+        try:
+            self._work(host)
+        finally:
+            with self._cv:
+                self._alive.discard(host)
+                self._live_workers -= 1
+                if self._live_workers == 0:
+                    self._workers_done.set()
+                self._cv.notify_all()
+
+    def _work(self, host: str) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    if self.cancel.is_set() or self._budget_spent():
+                        return
+                    if not self._pending and not self._running:
+                        return  # (while others run, one of their attempts may come back for a retry)
+                    a = self._next_for(host)
+                    if a is not None:
+                        self._pending.remove(a)
+                        self._running[host] = a
+                        self._first_host.setdefault(a.name, host)
+                        break
+                    self._cv.wait(1.0)
+            self._run_one(host, a)
+            with self._cv:
+                self._running.pop(host, None)
+                self._cv.notify_all()
+            self._report_totals()
+
+    def _run_one(self, host: str, a: PlannedAttempt) -> None:
+        label = f"{a.name} r{a.round}"
+        self.reporter.attempt_started(host, label)
+        self._tries[a.key] = self._tries.get(a.key, 0) + 1
+        t0 = time.monotonic()
+        extra = {"key": a.key, "round": a.round, "sweep": self.plan.name, "try": self._tries[a.key]}
+        record: Record | None = None
+        infra = False
+        try:
+            outcome = run_attempt(a.resolved, host, self.hosts[host], self.store, self.run_id, reporter=self.reporter,
+                                  transport_factory=self.transport_factory, cancel=self.cancel,
+                                  attempt_budget_s=self.plan.budget.attempt, record_extra=extra)
+            record = outcome.record
+            infra = record.status == "infra-error"
+        except (HostError, AgentProtocolError):
+            infra = True
+            record = self._latest_record(a)
+        except Interrupted:
+            record = self._latest_record(a)
+            with self._cv:
+                self._pending.append(a)  # not a result: stays pending, runs on resume
+            if record is not None:
+                self.reporter.attempt_finished(host, label, record)
+            return
+        self._durations.append(time.monotonic() - t0)
+        with self._cv:
+            if infra and self._tries[a.key] < MAX_INFRA_TRIES and not self.cancel.is_set():
+                self._avoid.setdefault(a.key, set()).add(host)
+                self._host_cool_until[host] = time.monotonic() + self.infra_cooldown_s
+                self._pending.insert(0, a)  # retried first, later or on another host
+                self.reporter.note(label, f"infrastructure failure on {host}; will retry")
+            elif record is not None:
+                self.outcome.done.append(record)
+            self._cv.notify_all()
+        if record is not None:
+            self.reporter.attempt_finished(host, label, record)
+
+    def _latest_record(self, a: PlannedAttempt) -> Record | None:
+        recs = existing_records(self.store.root / self.run_id).get(a.key, [])
+        return recs[-1] if recs else None
+
+    def _report_totals(self) -> None:
+        with self._cv:
+            done = len(self.outcome.done) + len(self.outcome.skipped)
+            failed = sum(1 for r in self.outcome.done if r.status != "ok")
+            left = len(self._pending) + len(self._running)
+            workers = max(1, len(self._worker_hosts()))
+            eta = (sum(self._durations) / len(self._durations)) * left / workers if self._durations else None
+        self.reporter.totals(done, failed, left, eta)
+

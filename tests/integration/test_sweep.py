@@ -1,0 +1,236 @@
+"""Sweeps end to end: over several simulated hosts (local ones, and hosts in network namespaces reached
+over real sshd), interrupted and resumed, with infrastructure failures retried and nothing duplicated."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import HostConfig
+from harness.plan import plan_sweep
+from harness.results import ResultsStore, new_run_id
+from harness.scheduler import Scheduler, existing_records, is_final, write_run_file
+from harness.sim import init_target
+from tests.conftest import PATCHES, marked_processes
+from tests.support import netns
+
+pytestmark = pytest.mark.integration
+
+HARNESS = [sys.executable, "-m", "harness"]
+SIM_EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments" / "sim"
+
+
+class Quiet:
+    """A SweepReporter that remembers what happened instead of printing it."""
+
+    def __init__(self):
+        self.finished: list[tuple[str, str, str]] = []
+        self.notes: list[str] = []
+
+    def stage(self, label, stage):
+        pass
+
+    def note(self, label, message):
+        self.notes.append(f"{label}: {message}")
+
+    def attempt_started(self, host, label):
+        pass
+
+    def attempt_finished(self, host, label, record):
+        self.finished.append((host, label, record.status))
+
+    def totals(self, done, failed, left, eta_s):
+        pass
+
+
+def small_base(tmp_path: Path, **over) -> Path:
+    doc = {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
+           "server": {"port": "auto", "tp": 2, "kv_cache_dtype": "fp8_e4m3"},
+           "bench": [{"name": "bs1", "num_prompts": 2, "input_len": 16, "output_len": 8, "max_concurrency": 1}],
+           "timeouts": {"ready": 60, "no_progress": 30, "stop_grace": 5}}
+    doc.update(over)
+    f = tmp_path / "base.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return f
+
+
+def sweep_file(tmp_path: Path, **doc) -> Path:
+    f = tmp_path / "sweep.yaml"
+    f.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return f
+
+
+def local_hosts(tmp_path: Path, archs: dict[str, str]) -> dict[str, HostConfig]:
+    hosts = {}
+    for name, arch in archs.items():
+        t = init_target(tmp_path / name, arch=arch)
+        hosts[name] = HostConfig(address="local", repo=str(t.repo), python=str(t.python), gpus=8, arch=arch,
+                                 workdir=str(tmp_path / f"{name}-work"))
+    return hosts
+
+
+def run_sweep(tmp_path, f, hosts, run_id=None, **kw):
+    store = ResultsStore(tmp_path / "results")
+    run_id = run_id or new_run_id()
+    plan = plan_sweep(f, PATCHES, hosts)
+    write_run_file(store, run_id, plan, hosts)
+    reporter = Quiet()
+    outcome = Scheduler(plan, hosts, store, run_id, reporter=reporter, **kw).run()
+    return plan, outcome, reporter, store
+
+
+def test_sweep_routes_by_arch_and_records_every_attempt_once(tmp_path):
+    hosts = local_hosts(tmp_path, {"h200": "sm90", "b200": "sm100"})
+    small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml",
+                   matrix={"backend": ["flashinfer-mla", "trtllm_mla", "cutlass_mla"]}, rounds=2)
+    plan, outcome, rep, store = run_sweep(tmp_path, f, hosts)
+    assert [a.name for a in plan.attempts] == ["s-flashinfer-mla", "s-trtllm_mla", "s-cutlass_mla"] * 2
+    by_key = existing_records(store.root / outcome.run_id)
+    assert set(by_key) == {a.key for a in plan.attempts}
+    assert all(len(v) == 1 for v in by_key.values()), "no attempt recorded twice"
+    recs = {(r.experiment, r.model_extra["round"]): r for v in by_key.values() for r in v}
+    for rnd in (1, 2):
+        assert recs[("s-flashinfer-mla", rnd)].status == "ok"
+        trt = recs[("s-trtllm_mla", rnd)]
+        assert trt.status == "ok" and trt.host == "b200"  # the Blackwell-only backend ran on the Blackwell host
+        cut = recs[("s-cutlass_mla", rnd)]
+        assert cut.status == "preflight-failed" and "does not accept --attention-backend cutlass_mla" in cut.error
+    run = json.loads((store.root / outcome.run_id / "run.json").read_text())
+    assert [a["key"] for a in run["attempts"]] == [a.key for a in plan.attempts]
+
+
+def test_infrastructure_failure_is_retried_elsewhere_deterministic_outcomes_are_not(tmp_path):
+    hosts = local_hosts(tmp_path, {"broken": "sm90", "good": "sm90"})
+    # The broken host's Python is gone (a reinstall half done): nothing can run there.
+    hosts["broken"] = hosts["broken"].model_copy(update={"python": "/nonexistent/python"})
+    small_base(tmp_path)
+    (tmp_path / "crash.yaml").write_text(yaml.safe_dump({
+        "name": "crash", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
+        "patches": ["sim_fp8_kv_into_mla_plan"], "expect": "crash",
+        "server": {"port": "auto", "tp": 2, "kv_cache_dtype": "fp8_e4m3"}}))
+    f = sweep_file(tmp_path, name="s", base="base.yaml", experiments=["crash.yaml"], rounds=2)
+    plan, outcome, rep, store = run_sweep(tmp_path, f, hosts, infra_cooldown_s=0.5)
+    by_key = existing_records(store.root / outcome.run_id)
+    for a in plan.attempts:
+        finals = [r for r in by_key[a.key] if is_final(r)]
+        assert len(finals) == 1 and finals[0].host == "good"
+        infra = [r for r in by_key[a.key] if r.status == "infra-error"]
+        assert all(r.host == "broken" for r in infra) and len(infra) <= 1
+    crashes = [r for v in by_key.values() for r in v if r.experiment == "crash"]
+    assert [r.status for r in crashes if r.status != "infra-error"] == ["crashed", "crashed"]  # never retried
+    assert any("will retry" in n for n in rep.notes)
+
+
+def test_sigint_leaves_a_resumable_run_and_resume_runs_only_the_rest(tmp_path):
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
+                                                                   hosts.items()}}))
+    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 40, "input_len": 16, "output_len": 24,
+                                 "max_concurrency": 1}])
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]},
+                   rounds=2)
+    argv = HARNESS + ["sweep", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir", str(PATCHES)]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if " → ok" in line:  # one attempt finished: interrupt the next one mid-flight
+            break
+    for line in proc.stdout:
+        lines.append(line)
+        if ": start " in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(60) == 130, "".join(lines) + rest
+    assert "--resume" in rest
+    run_id = next(p.name for p in (tmp_path / "results").iterdir() if (p / "run.json").exists())
+    by_key = existing_records(tmp_path / "results" / run_id)
+    assert sum(1 for v in by_key.values() for r in v if r.status == "ok") == 1
+    assert any(r.status == "aborted" for v in by_key.values() for r in v)
+    assert marked_processes(run_id) == []
+
+    p = subprocess.run(argv + ["--resume", run_id], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 attempt(s) already had a final record" in p.stdout
+    by_key = existing_records(tmp_path / "results" / run_id)
+    plan_keys = [a["key"] for a in json.loads((tmp_path / "results" / run_id / "run.json").read_text())["attempts"]]
+    assert len(plan_keys) == 4
+    for k in plan_keys:
+        assert [r.status for r in by_key[k] if is_final(r)] == ["ok"], "each attempt has exactly one result"
+
+
+def test_edited_patch_changes_keys_so_resume_does_not_reuse_stale_results(tmp_path):
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    pdir = tmp_path / "patches"
+    (pdir / "p").mkdir(parents=True)
+    patch = (PATCHES / "sim_fp8_kv_into_mla_plan" / "0001-pass-fp8-kv-dtype-to-mla-plan.patch").read_text()
+    (pdir / "p" / "0001.patch").write_text(patch)
+    small_base(tmp_path, patches=["p"], server={"port": "auto", "tp": 2, "kv_cache_dtype": "auto"})
+    f = sweep_file(tmp_path, name="s", base="base.yaml")
+    first = plan_sweep(f, pdir, hosts)
+    (pdir / "p" / "0001.patch").write_text(patch.replace("# No full-pool cast", "# (edited) No full-pool cast"))
+    second = plan_sweep(f, pdir, hosts)
+    assert first.attempts[0].key != second.attempts[0].key
+    assert plan_sweep(f, pdir, hosts).attempts[0].key == second.attempts[0].key  # stable otherwise
+
+
+def test_cli_refuses_unknown_resume_other_sweeps_run_and_unknown_hosts(tmp_path):
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
+                                                                   hosts.items()}}))
+    small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml")
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"name": "o", "base": "base.yaml"}))
+    base_argv = ["--results-dir", str(tmp_path / "results"), "--patches-dir", str(PATCHES)]
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--resume", "nope"] + base_argv, cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "no run 'nope'" in p.stderr
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts", "h,ghost"] + base_argv, cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "ghost" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(HARNESS + ["sweep", str(f)] + base_argv, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_id = next(d.name for d in (tmp_path / "results").iterdir() if (d / "run.json").exists())
+    p = subprocess.run(HARNESS + ["sweep", str(other), "--resume", run_id] + base_argv, cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "belongs to another sweep file" in p.stderr
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--dry-run"] + base_argv, cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and "s" in p.stdout and "plan of sweep" in p.stdout
+    p = subprocess.run(HARNESS + ["compare", run_id, "--format", "json", "--results-dir", str(tmp_path / "results")],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["rows"]
+    assert rows[0]["experiment"] == "base" and rows[0]["status"] == "ok"  # a base without a matrix keeps its name
+
+
+@pytest.fixture
+def four_netns_hosts(tmp_path):
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    with netns.sim_hosts_in_namespaces(4, tmp_path, uuid.uuid4().hex[:4]) as hosts:
+        yield hosts
+
+
+def test_sixteen_attempts_over_four_namespace_hosts(tmp_path, four_netns_hosts):
+    small_base(tmp_path, server={"port": 30000, "tp": 2, "kv_cache_dtype": "fp8_e4m3"})
+    f = sweep_file(tmp_path, name="s", base="base.yaml",
+                   matrix={"server.mem_fraction_static": [0.80, 0.82, 0.84, 0.86]}, rounds=4)
+    plan, outcome, rep, store = run_sweep(tmp_path, f, four_netns_hosts)
+    by_key = existing_records(store.root / outcome.run_id)
+    assert len(plan.attempts) == 16 and set(by_key) == {a.key for a in plan.attempts}
+    assert all([r.status for r in v] == ["ok"] for v in by_key.values())
+    used = {r.host for v in by_key.values() for r in v}
+    assert used == set(four_netns_hosts), "every namespace host took work (same port 30000, separate loopbacks)"

@@ -1,0 +1,99 @@
+"""Planning sweeps (pure): matrix expansion, interleaving, content keys, errors that name axis and value."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import HostConfig
+from harness.errors import ConfigError
+from harness.plan import interleave, plan_sweep
+
+PATCHES = Path(__file__).resolve().parents[2] / "patches"
+HOSTS = {"a": HostConfig(address="local", repo="/r", arch="sm90", gpus=8),
+         "b": HostConfig(address="local", repo="/s", arch="sm100", gpus=8)}
+
+
+def write(tmp_path, name, doc):
+    f = tmp_path / name
+    f.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return f
+
+
+@pytest.fixture
+def base(tmp_path):
+    return write(tmp_path, "base.yaml", {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/m"},
+                                         "server": {"tp": 2}})
+
+
+def test_interleave_is_round_major():
+    assert [(r, x) for r, x in interleave(["A", "B", "C"], 2)] == [(1, "A"), (1, "B"), (1, "C"), (2, "A"), (2, "B"),
+                                                                  (2, "C")]
+
+
+def test_matrix_expands_in_order_with_dotted_axes(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml",
+                                   "matrix": {"backend": ["flashinfer-mla", "trtllm_mla"],
+                                              "server.mem_fraction_static": [0.8, 0.9]}, "rounds": 2})
+    plan = plan_sweep(f, PATCHES, {"a": HOSTS["a"]})
+    names = [a.name for a in plan.attempts]
+    assert names[:4] == ["s-flashinfer-mla-0.8", "s-flashinfer-mla-0.9", "s-trtllm_mla-0.8", "s-trtllm_mla-0.9"]
+    assert names[4:] == names[:4] and [a.round for a in plan.attempts] == [1] * 4 + [2] * 4
+    exp = plan.attempts[1].resolved.experiment
+    assert exp.server.mem_fraction_static == 0.9 and exp.server.tp == 2  # the base's other settings kept
+    assert len({a.key for a in plan.attempts}) == 8
+
+
+def test_keys_are_stable_and_depend_on_hosts(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "matrix": {"backend": ["flashinfer-mla"]}})
+    k1 = plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
+    assert plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key == k1
+    assert plan_sweep(f, PATCHES, {"b": HOSTS["b"]}).attempts[0].key != k1
+
+
+def test_baseline_runs_once_per_gpu_arch_on_a_mixed_fleet(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "baseline": "s-flashinfer-mla",
+                                   "matrix": {"backend": ["flashinfer-mla", "trtllm_mla"]}})
+    plan = plan_sweep(f, PATCHES, HOSTS)
+    assert [(a.name, a.arch) for a in plan.attempts] == [("s-flashinfer-mla", "sm100"), ("s-flashinfer-mla", "sm90"),
+                                                         ("s-trtllm_mla", None)]
+
+
+def test_axis_value_rejected_names_axis_value_and_line(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml",
+                                   "matrix": {"server.mem_fraction_static": [0.8, 1.5]}})
+    err = pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value
+    assert "matrix axis 'server.mem_fraction_static' value 1.5" in str(err)
+    assert err.file == f and err.line == 6
+
+
+def test_unknown_axis_field(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "matrix": {"server.kv_dtype": ["fp8_e4m3"]}})
+    assert "matrix axis 'server.kv_dtype'" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+
+
+def test_unknown_backend_in_matrix(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "matrix": {"backend": ["cutlass-mla"]}})
+    assert "did you mean 'cutlass_mla'" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+
+
+def test_list_form_missing_file_and_bad_baseline(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "experiments": ["base.yaml", "nope.yaml"]})
+    err = pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value
+    assert "'nope.yaml' not found" in str(err) and err.line == 4
+    f = write(tmp_path, "s.yaml", {"name": "s", "experiments": ["base.yaml"], "baseline": "other"})
+    assert "baseline 'other'" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+
+
+def test_sweep_shape_errors(tmp_path, base):
+    f = write(tmp_path, "s.yaml", {"name": "s", "matrix": {"backend": ["flashinfer-mla"]}})
+    assert "needs a `base:`" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+    f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "rounds": 0})
+    assert "rounds" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+
+
+def test_shipped_sweeps_plan(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    plan = plan_sweep(root / "experiments" / "sim" / "all-backends.yaml", PATCHES, HOSTS)
+    assert {a.resolved.backend_name for a in plan.attempts} >= {"flashinfer-mla", "flashinfer-mla-gather-cast",
+                                                                 "cutlass_mla", "trtllm_mla", "custom-fp8-mla"}
