@@ -84,7 +84,7 @@ def test_hang_is_hung_at_ready_timeout_and_server_killed(tmp_path, host, sim_tar
     rec, d, run_id = attempt(tmp_path, host, f)
     assert rec.status == "hung"
     assert rec.verdict.category == "hung"
-    assert 4 <= rec.timings["wait_s"] < 10
+    assert 3.5 <= rec.timings["wait_s"] < 15  # the 4 s ready timeout, measured from launch
     assert rec.server["stop"]["signal"] in ("TERM", "KILL") and rec.server["stop"]["left"] == []
     assert_host_as_found(sim_target.repo, before, run_id, rec)
 
