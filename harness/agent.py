@@ -84,6 +84,15 @@ class Link:
             raise SystemExit(3)
         return json.loads(line)
 
+    def keep_alive(self, interval):
+        """A line every `interval` seconds, so the controller can tell a quiet agent from a lost link."""
+        def run():
+            while not self.closed:
+                time.sleep(interval)
+                self.emit("alive")
+
+        threading.Thread(target=run, name="alive", daemon=True).start()
+
     def watch_stdin(self):
         def run():
             for line in sys.stdin:
@@ -496,6 +505,7 @@ class Attempt:
         self._stage = None
         self._stage_t = None
         self.t_start = time.monotonic()
+        self.seen_pids = set()  # every pid of the server's group seen alive: checked on the GPUs at the end
 
     # ------------------------------------------------------------------ plumbing
 
@@ -532,6 +542,27 @@ class Attempt:
         return env
 
     # ------------------------------------------------------------------ lifecycle
+
+    def recover(self):
+        """On demand: take the lock, and if a journal is left, stop its server and restore the tree."""
+        t0 = time.monotonic()
+        try:
+            self.stage("lock")
+            self.take_lock()
+            self.stage("recover")
+            self.recover_leftover_journal()
+            if self.recovered is None:
+                self.result["recovered"] = None
+                self.result["message"] = "no journal: nothing to recover"
+        except StageFailed as exc:
+            self.result.update(status=exc.status, error=exc.message, **exc.details)
+        except Exception:
+            self.result.update(status="infra-error", error="agent error:\n" + traceback.format_exc())
+        finally:
+            self.stage(None)
+            self.release_lock()
+            self.timings["total_s"] = round(time.monotonic() - t0, 4)
+        return self.result
 
     def run(self):
         t0 = self.t_start = time.monotonic()
@@ -618,7 +649,7 @@ class Attempt:
                 except (OSError, ValueError):
                     pass
                 raise StageFailed(
-                    "preflight-failed",
+                    "infra-error",
                     "target repo %s is locked by run %s attempt %s (agent pid %s on this host) since %s"
                     % (self.repo, holder.get("run_id", "?"), holder.get("attempt_id", "?"),
                        holder.get("pid", "?"), holder.get("since", "?")),
@@ -911,6 +942,7 @@ class Attempt:
                                           "listening there is not this attempt's server (stale server?)"
                                           % srv["port"], foreign_port=True)
                     self.timings["ready_s"] = round(now - self.t_launch, 4)
+                    self.seen_pids.update(group_members(self.server_pgid))
                     return
                 if now - self.t_launch > float(t["ready"]):
                     raise self.hung("not ready after the ready timeout of %ss" % t["ready"])
@@ -976,8 +1008,14 @@ class Attempt:
     # ------------------------------------------------------------------ stop
 
     def stop_server(self):
+        known = set(self.seen_pids) | set(group_members(self.server_pgid)) | set(marked_pids(self.marker))
+        known.add(self.server.pid)
         info = stop_group(self.server, self.server_pgid, self.marker, float(self.timeouts["stop_grace"]))
         self.result["server_exit"] = self.server.returncode
+        held = wait_gpu_release(known, self.server_env(), float(self.timeouts.get("gpu_release", 30)))
+        if held:
+            info["gpu_dirty"] = held
+            self.result["gpu_dirty"] = held
         return info
 
     # ------------------------------------------------------------------ revert and verify
@@ -1011,6 +1049,45 @@ class Attempt:
             if journal is self.journal:
                 self.journal = None
         return {"verified": verified, "tree_before": journal["tree_before"], "tree_after": after, "diff": diff}
+
+
+# ============================================================================ status and recovery
+
+
+def host_status(attempt):
+    """What is going on in a target repo: its lock, a leftover journal, the GPUs."""
+    out = {"repo": attempt.repo, "exists": os.path.isdir(attempt.repo)}
+    p = attempt.git("rev-parse", "--absolute-git-dir", check=False) if out["exists"] else None
+    if p is None or p.returncode != 0:
+        return out
+    hdir = os.path.join(p.stdout.decode().strip(), "harness")
+    lock = {"held": False}
+    if os.path.exists(os.path.join(hdir, "lock")):
+        fd = os.open(os.path.join(hdir, "lock"), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            lock["held"] = True
+            try:
+                with open(os.path.join(hdir, "lock.json")) as f:
+                    lock.update(json.load(f))
+            except (OSError, ValueError):
+                pass
+        finally:
+            os.close(fd)
+    out["lock"] = lock
+    try:
+        with open(os.path.join(hdir, "journal.json")) as f:
+            out["journal"] = json.load(f)
+    except (OSError, ValueError):
+        out["journal"] = None
+    env = attempt.server_env()
+    out["gpus"] = query_gpus(env)
+    out["gpu_apps"] = gpu_apps(env)
+    out["head"] = attempt.git.out("rev-parse", "HEAD").strip()
+    out["dirty"] = [path for _, path in attempt.git.status_entries()]
+    return out
 
 
 # ============================================================================ process groups
@@ -1062,6 +1139,39 @@ def stop_group(popen, pgid, marker, grace):
     info["left"] = alive()
     info["stop_s"] = round(time.monotonic() - t0, 4)
     return info
+
+
+def gpu_apps(env):
+    """{pid: used MiB} of compute processes on the GPUs, from nvidia-smi; None without nvidia-smi."""
+    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if not exe:
+        return None
+    try:
+        p = run([exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"], env=env, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    apps = {}
+    for line in p.stdout.decode(errors="replace").splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            try:
+                apps[int(parts[0])] = apps.get(int(parts[0]), 0) + int(float(parts[1]))
+            except ValueError:
+                continue
+    return apps
+
+
+def wait_gpu_release(pids, env, timeout):
+    """Wait until none of `pids` holds GPU memory any more; return what is still held after `timeout`."""
+    end = time.monotonic() + timeout
+    while True:
+        apps = gpu_apps(env)
+        if apps is None:
+            return None
+        held = {str(pid): mib for pid, mib in apps.items() if pid in pids}
+        if not held or time.monotonic() >= end:
+            return held or None
+        time.sleep(0.25)
 
 
 def stop_recorded_server(journal, grace):
@@ -1160,8 +1270,13 @@ def main():
     link.emit("hello", protocol=PROTOCOL, pid=os.getpid(), host_time=time.time(), python=sys.version.split()[0],
               hostname=socket.gethostname())
     link.watch_stdin()
+    link.keep_alive(float(spec.get("alive_interval_s") or 2.0))
     attempt = Attempt(spec, link)
-    result = attempt.run()
+    mode = spec.get("mode", "attempt")
+    if mode == "status":
+        link.emit("final", status="ok", **host_status(attempt))
+        return 0
+    result = attempt.recover() if mode == "recover" else attempt.run()
     result["timings"] = attempt.timings
     result["attempt_dir"] = attempt.attempt_dir
     result["server_log"] = attempt.log_path if os.path.exists(attempt.log_path) else None

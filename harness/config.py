@@ -126,6 +126,7 @@ class Timeouts(Strict):
     bench: float = Field(1800.0, gt=0, description="per benchmark case run")
     stop_grace: float = Field(30.0, ge=0, description="SIGTERM → SIGKILL")
     fatal_grace: float = Field(1.0, ge=0, description="fatal log line while alive → crash after this")
+    gpu_release: float = Field(30.0, ge=0, description="after stop: wait this long for GPU memory to be freed")
 
     @model_validator(mode="after")
     def _finite(self) -> Timeouts:
@@ -280,6 +281,9 @@ def _config_error(model: type[BaseModel], exc: ValidationError, doc: YamlDoc) ->
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
         elif err["type"] == "missing":
             msg = f"missing required key {where!r}"
+        elif err["type"] == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == SAFE_NAME:
+            msg = (f"{where}: {err['input']!r} is not a usable name: use letters, digits, '.', '_' and '-', "
+                   f"starting with a letter or digit (names become folder names under results/)")
         else:
             msg = f"{where}: {err['msg']}"
             if "input" in err and not isinstance(err["input"], (dict, list)):

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 from . import __version__, agent
 from .bench import summarize
 from .config import HostConfig
-from .errors import AgentProtocolError, HarnessError, HostError, Interrupted, RemoteCommandError
+from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, RemoteCommandError
 from .results import Record, ResultsStore, redact_env
 from .spec import Resolved, build_spec
 from .transport import RemoteProcess, Transport, connect
@@ -65,6 +65,7 @@ class _Follow:
     bench_rows: dict[str, list[dict]] = field(default_factory=dict)
     interrupted: bool = False
     cancel: threading.Event | None = None
+    secrets: list[str] = field(default_factory=list)
 
 
 def agent_name() -> str:
@@ -142,6 +143,29 @@ def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
     return follow.final or {"status": "infra-error", "error": "no final report"}
 
 
+def host_status(host_name: str, host: HostConfig, *,
+                transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
+    """The host's lock holder, leftover journal, GPUs and their processes (read-only)."""
+    return _service(host_name, host, "status", transport_factory)
+
+
+def recover_host(host_name: str, host: HostConfig, *,
+                 transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
+    """Finish what an interrupted attempt left: stop its server (only if it is still the same process) and
+    restore the tree from the journal. Refused while another harness holds the repo's lock."""
+    return _service(host_name, host, "recover", transport_factory)
+
+
+def _service(host_name: str, host: HostConfig, mode: str, transport_factory) -> dict:
+    spec = {"protocol": agent.PROTOCOL, "mode": mode, "run_id": "service-" + time.strftime("%Y%m%d-%H%M%S"),
+            "attempt_id": mode, "repo": host.repo, "workdir": host.workdir,
+            "server": {"argv": [host.python], "env": dict(host.env), "port": 0},
+            "timeouts": {"stop_grace": 30}, "heartbeat_timeout_s": 60}
+    follow = _Follow()
+    _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), f"{mode}@{host_name}")
+    return follow.final or {"status": "infra-error", "error": "no final report"}
+
+
 def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_name: str, host: HostConfig,
                spec: dict, follow: _Follow, reporter: Reporter, label: str, fetch_into: Path | None = None) -> None:
     transport: Transport | None = None
@@ -150,18 +174,21 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         transport = transport_factory(host_name, host)
         agent_path = ensure_agent(transport, host)
         proc = transport.start([host.python, agent_path])
-        _follow_agent(proc, spec, follow, reporter, label, host.is_local)
+        spec["host_name"] = host_name
+        _follow_agent(proc, spec, follow, reporter, label, host.is_local, silence_s=max(6.0, 3 * host.keepalive))
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
+            _mask_files(fetch_into, secret_values(spec))
     finally:
         if transport is not None:
             transport.close()
 
 
 def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Reporter, label: str,
-                  is_local: bool) -> None:
+                  is_local: bool, silence_s: float = 15.0) -> None:
     stop_heartbeat = threading.Event()
-    interval = max(1.0, (spec.get("heartbeat_timeout_s") or 60) / 6)
+    interval = max(0.5, (spec.get("heartbeat_timeout_s") or 60) / 10)
+    proc.set_read_timeout(silence_s)  # the agent says "alive" every 2 s: silence means the link is gone
 
     def heartbeat() -> None:
         while not stop_heartbeat.wait(interval):
@@ -176,6 +203,7 @@ def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Re
                 proc.write(b'{"cmd": "abort"}\n')
                 return
 
+    follow.secrets = secret_values(spec)
     proc.write((json.dumps(spec) + "\n").encode())
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     if follow.cancel is not None:
@@ -187,6 +215,11 @@ def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Re
             except KeyboardInterrupt:
                 _interrupt(proc, follow, reporter, label)
                 continue
+            except TimeoutError:
+                proc.kill()
+                raise HostUnreachable(spec.get("host_name") or "host",
+                                      f"connection lost: no word from the agent for {silence_s:.0f} s (it stops the "
+                                      f"server and reverts by itself when the link or heartbeat is gone)") from None
             if not line:
                 break
             try:
@@ -231,7 +264,7 @@ def _on_event(ev: dict, follow: _Follow, proc: RemoteProcess, reporter: Reporter
     elif kind == "stage":
         reporter.stage(label, ev["stage"])
     elif kind == "crash":
-        verdict = triage_text(ev.get("log_tail") or "", ev.get("exit_code"))
+        verdict = triage_text(mask_secrets(ev.get("log_tail") or "", follow.secrets), ev.get("exit_code"))
         follow.live_verdict = verdict.to_dict()
         if ev.get("died_at") is not None:
             follow.detect_latency_s = round(time.time() - (ev["died_at"] - follow.clock_offset), 4)
@@ -249,6 +282,31 @@ def _on_event(ev: dict, follow: _Follow, proc: RemoteProcess, reporter: Reporter
     return False
 
 
+def mask_secrets(text: str, secrets: list[str]) -> str:
+    for value in sorted(secrets, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "<redacted>")
+    return text
+
+
+def secret_values(spec: dict) -> list[str]:
+    from .results import SECRET_NAME
+
+    return [v for k, v in (spec.get("server", {}).get("env") or {}).items() if SECRET_NAME.search(k) and v]
+
+
+def _mask_files(directory: Path, secrets: list[str]) -> None:
+    """A server may echo its environment: secret values never stay in the logs we keep."""
+    if not secrets:
+        return
+    for f in directory.iterdir():
+        if f.suffix in (".log", ".jsonl") and f.is_file():
+            text = f.read_text(errors="replace")
+            masked = mask_secrets(text, secrets)
+            if masked != text:
+                f.write_text(masked)
+
+
 def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
     wanted: list[tuple[str, str]] = []
     if final.get("server_log"):
@@ -262,6 +320,7 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
             t.get(remote, directory / local)
         except (OSError, IOError):
             missing.append(remote)
+            (directory / local).unlink(missing_ok=True)  # never keep half a file
     if missing:
         final.setdefault("fetch_missing", missing)
 
@@ -271,6 +330,8 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
     final = follow.final or {}
     status = final.get("status") or "infra-error"
     error = final.get("error")
+    if error:
+        error = mask_secrets(error, follow.secrets)
     if host_error is not None:
         status, error = "infra-error", str(host_error)
     elif follow.final is None:
@@ -315,7 +376,7 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
     }
     extra.update(record_extra)
     for key in ("dirty", "locked_by", "fetch_missing", "port_in_use", "cannot_run", "preflight_warnings", "arch",
-                "budget_exceeded"):
+                "budget_exceeded", "gpu_dirty"):
         if final.get(key):
             extra[key] = final[key]
     return Record(

@@ -54,6 +54,10 @@ class RemoteProcess(ABC):
     def stderr_tail(self) -> str:
         return "".join(self._stderr)
 
+    def set_read_timeout(self, seconds: float | None) -> None:
+        """After this long without a line, readline raises TimeoutError (a link that went silent).
+        Local pipes cannot go silent that way: the default does nothing."""
+
     def _drain_stderr(self, stream: IO[bytes]) -> None:
         self._stderr: deque[str] = deque(maxlen=200)
 
@@ -183,9 +187,14 @@ class _SSHProcess(RemoteProcess):
         except Exception:
             pass
 
+    def set_read_timeout(self, seconds: float | None) -> None:
+        self.chan.settimeout(seconds)
+
     def readline(self) -> bytes:
         try:
             return self._out.readline()
+        except socket.timeout:
+            raise TimeoutError("no data from the host") from None
         except Exception:  # the connection died: same as end of stream
             return b""
 

@@ -43,8 +43,9 @@ def load_yaml(file: Path) -> YamlDoc:
 
 
 def parse_yaml(text: str, file: Path) -> YamlDoc:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # the reader rejects control characters already here
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -57,8 +58,11 @@ def parse_yaml(text: str, file: Path) -> YamlDoc:
                           hint="check indentation and quoting around this line") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", file=file) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     doc = YamlDoc(file=file, data=data)
     if node is not None:
         _record_lines(node, (), doc)

@@ -15,6 +15,8 @@ Environment knobs (all optional):
   progress, silently, right after that milestone.
 * ``SGLANG_SIM_CRASH_IN_BENCH`` n: the TP0 scheduler hits an illegal memory access
   at the first forward step after n client requests have finished.
+* ``SGLANG_SIM_LEAK_GPU_MEMORY`` "1": the simulated driver keeps the server's GPU memory held
+  after its processes are gone (``nvidia-smi --query-compute-apps`` keeps listing it).
 * ``SGLANG_SIM_STATE_DIR``      where the simulated GPUs are described
   (default: ``<sys.prefix>/sglang-sim``, i.e. inside the venv).
 """

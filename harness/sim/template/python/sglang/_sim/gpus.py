@@ -104,13 +104,21 @@ def register_process(gpu_index, used_mib):
     os.makedirs(directory, exist_ok=True)
     pid = os.getpid()
     record = {"pid": pid, "gpu": gpu_index, "used_mib": int(used_mib), "name": _exe_name()}
+    if leak_gpu_memory():
+        record["leak"] = True  # a driver-level leak: the memory stays held after the process is gone
     tmp = os.path.join(directory, ".%d.tmp" % pid)
     with open(tmp, "w") as f:
         json.dump(record, f)
     os.replace(tmp, os.path.join(directory, "%d.json" % pid))
 
 
+def leak_gpu_memory():
+    return os.environ.get("SGLANG_SIM_LEAK_GPU_MEMORY", "") not in ("", "0", "false", "False")
+
+
 def unregister_process():
+    if leak_gpu_memory():
+        return
     try:
         os.unlink(os.path.join(_procs_dir(), "%d.json" % os.getpid()))
     except FileNotFoundError:
@@ -134,7 +142,7 @@ def live_processes():
                 record = json.load(f)
         except (OSError, ValueError):
             continue
-        if not pid_alive(int(record.get("pid", -1))):
+        if not pid_alive(int(record.get("pid", -1))) and not record.get("leak"):
             try:
                 os.unlink(path)
             except OSError:

@@ -1,0 +1,513 @@
+"""Faults and bad input: the box is always left clean, nothing is lost, nothing from a file runs.
+
+Each fault asserts the end state — tree byte-identical, no process of the attempt left, no record lost
+or duplicated, a clear status — and measures the time to a clean state. With HARNESS_FAULT_REPORT=path
+set, the figures are written there (scripts/fault_report renders docs/reliability.md from them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import HostConfig, load_experiment
+from harness.plan import plan_sweep
+from harness.results import ResultsStore, load_record, new_run_id
+from harness.runner import host_status, recover_host, run_attempt
+from harness.scheduler import Scheduler, existing_records, is_final, write_run_file
+from harness.sim import init_target
+from harness.spec import resolve
+from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.support import netns
+from tests.support.sshd import SSHServer, free_port
+
+pytestmark = pytest.mark.integration
+HARNESS = [sys.executable, "-m", "harness"]
+LONG_BENCH = [{"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64, "max_concurrency": 1}]
+
+_FIGURES: list[dict] = []
+
+
+def figure(fault: str, *, survived: bool, time_to_clean_s: float | None, lost: int, note: str = "") -> None:
+    _FIGURES.append({"fault": fault, "survived": survived, "time_to_clean_s": time_to_clean_s, "lost": lost,
+                     "note": note})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_figures():
+    yield
+    path = os.environ.get("HARNESS_FAULT_REPORT")
+    if path and _FIGURES:
+        Path(path).write_text(json.dumps(_FIGURES, indent=1) + "\n")
+
+
+def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
+    """Seconds until `predicate()` held, or None. For states of another machine (a host's tree, its
+    processes) that send no event we could wait on."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(step)
+    return None
+
+
+def local(target, tmp_path, **over) -> tuple[str, HostConfig]:
+    cfg = dict(address="local", repo=str(target.repo), python=str(target.python), gpus=8, arch="sm90",
+               workdir=str(tmp_path / "work"))
+    cfg.update(over)
+    return "sim", HostConfig(**cfg)
+
+
+def attempt(tmp_path, host, f, patches=PATCHES, **kw):
+    name, cfg = host
+    out = run_attempt(resolve(load_experiment(f), f, patches), name, cfg, ResultsStore(tmp_path / "results"),
+                      new_run_id(), **kw)
+    return load_record(out.directory / "record.json")
+
+
+def clean(target, before, run_id) -> bool:
+    return (tree_snapshot(target.repo) == before and not marked_processes(run_id)
+            and not (target.repo / ".git" / "harness" / "journal.json").exists())
+
+
+class StageTrigger:
+    """A reporter that calls `action` the first time an attempt enters `stage`."""
+
+    def __init__(self, stage, action):
+        self.stage_name, self.action, self.fired = stage, action, threading.Event()
+
+    def stage(self, label, stage):
+        if stage == self.stage_name and not self.fired.is_set():
+            self.fired.set()
+            self.action()
+
+    def note(self, label, message):
+        pass
+
+    def attempt_started(self, host, label):
+        pass
+
+    def attempt_finished(self, host, label, record):
+        pass
+
+    def totals(self, *a):
+        pass
+
+
+# ============================================================================ 1. connection cut
+
+
+@pytest.fixture
+def netns_host(tmp_path):
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    ns = netns.NetnsHost(f"hxf{uuid.uuid4().hex[:4]}", 60).create()
+    server = None
+    try:
+        # sshd as a GPU box should be configured: drop a silent client after ~6 s.
+        server = SSHServer(tmp_path / "sshd", address=ns.address, port=22,
+                           extra_config="ClientAliveInterval 2\nClientAliveCountMax 3\n").start(netns=ns.name)
+        target = init_target(tmp_path / "target", arch="sm90")
+        host = HostConfig(**server.host_entry(), repo=str(target.repo), python=str(target.python), gpus=8,
+                          arch="sm90", workdir=str(tmp_path / "work"), keepalive=2)
+        yield ns, host, target
+    finally:
+        if server:
+            server.stop()
+        ns.destroy()
+
+
+def test_connection_cut_mid_benchmark_then_retried_once_when_the_link_returns(tmp_path, netns_host):
+    ns, host, target = netns_host
+    before = tree_snapshot(target.repo)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({
+        "name": "cut", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
+        "server": {"port": 30000, "tp": 2, "kv_cache_dtype": "fp8_e4m3"},
+        "bench": [{"name": "b", "num_prompts": 60, "input_len": 16, "output_len": 32, "max_concurrency": 1}],
+        "timeouts": {"ready": 60, "no_progress": 30, "stop_grace": 5}}))
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"name": "cut", "base": "base.yaml"}))
+    hosts = {"nshost": host}
+    plan = plan_sweep(tmp_path / "sweep.yaml", PATCHES, hosts)
+    store = ResultsStore(tmp_path / "results")
+    run_id = new_run_id()
+    write_run_file(store, run_id, plan, hosts)
+    marks: dict[str, float] = {}
+
+    class Cutter(StageTrigger):
+        def stage(self, label, stage):
+            if stage == "bench" and "cut" not in marks:
+                marks["cut"] = time.monotonic()
+                ns.link(False)
+
+        def attempt_finished(self, host_name, label, record):
+            if record.status == "infra-error" and "infra" not in marks:
+                marks["infra"] = time.monotonic()
+                # The host cleans up by itself: watch it happen, then give the link back.
+                marks["host_clean"] = wait_until(lambda: clean(target, before, run_id), 60) or -1
+                ns.link(True)
+
+    Scheduler(plan, hosts, store, run_id, reporter=Cutter("bench", None), infra_cooldown_s=1.0).run()
+    recs = existing_records(store.root / run_id)[plan.attempts[0].key]
+    assert [r.status for r in recs] == ["infra-error", "ok"], "marked infra-error, then retried once, and it worked"
+    detect = marks["infra"] - marks["cut"]
+    assert detect <= 30, f"connection loss noticed after {detect:.1f} s"
+    host_clean = marks["infra"] - marks["cut"] + marks["host_clean"]
+    assert marks["host_clean"] >= 0, "the agent did not stop the server and revert after losing the link"
+    assert clean(target, before, run_id)
+    figure("connection cut mid-benchmark (link down)", survived=True, time_to_clean_s=round(host_clean, 1), lost=0,
+           note=f"controller: infra-error after {detect:.1f} s; retried once when the link returned: ok")
+
+
+# ============================================================================ 2. the agent killed
+
+
+def _run_in_background(tmp_path, f, host_file_entry, extra=()):
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": host_file_entry}}))
+    return subprocess.Popen(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir",
+                                       str(PATCHES), *extra], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_stage(proc, stage):
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.rstrip().endswith(f": {stage}"):
+            return seen
+    raise AssertionError("never reached " + stage + ":\n" + "".join(seen))
+
+
+def _host_entry(target, tmp_path):
+    return {"address": "local", "repo": str(target.repo), "python": str(target.python), "gpus": 8,
+            "workdir": str(tmp_path / "work")}
+
+
+@pytest.mark.parametrize("how", ["next-preflight", "harness-recover"])
+def test_agent_sigkilled_journal_recovered(tmp_path, sim_target, how):
+    before = tree_snapshot(sim_target.repo)
+    f = write_experiment(tmp_path, "victim", free_port(), backend="flashinfer-mla", patches=["sim_fp8_kv_into_mla_plan"],
+                         server={"kv_cache_dtype": "auto"}, bench=LONG_BENCH)
+    proc = _run_in_background(tmp_path, f, _host_entry(sim_target, tmp_path))
+    _wait_for_stage(proc, "bench")
+    journal = json.loads((sim_target.repo / ".git" / "harness" / "journal.json").read_text())
+    t_kill = time.monotonic()
+    os.kill(journal["agent_pid"], signal.SIGKILL)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 3 and "without a final report" in out
+    # The server outlived its agent, and the tree is still patched: that is what the journal is for.
+    assert Path(f"/proc/{journal['server']['pid']}").exists() and tree_snapshot(sim_target.repo) != before
+    status = host_status("box", HostConfig(**_host_entry(sim_target, tmp_path)))
+    assert status["journal"]["attempt_id"] == journal["attempt_id"] and not status["lock"]["held"]
+
+    if how == "harness-recover":
+        p = subprocess.run(HARNESS + ["recover", "box"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "tree restored byte-identical" in p.stdout, p.stdout + p.stderr
+    else:
+        f2 = write_experiment(tmp_path, "next", free_port(), backend="flashinfer-mla")
+        rec = attempt(tmp_path, local(sim_target, tmp_path), f2)
+        assert rec.status == "ok"
+        rec_info = rec.model_extra["recovered"]
+        assert rec_info["journal"]["attempt_id"] == journal["attempt_id"]
+        assert rec_info["stop"]["state"] == "stopped" and rec_info["revert"]["verified"]
+    elapsed = time.monotonic() - t_kill
+    assert clean(sim_target, before, journal["run_id"])
+    figure(f"agent SIGKILLed mid-benchmark, recovered by {how.replace('-', ' ')}", survived=True,
+           time_to_clean_s=round(elapsed, 1), lost=0, note="server stopped (same start time), tree restored")
+
+
+def test_recovery_never_kills_a_reused_pid(tmp_path, sim_target):
+    # A journal whose server pid now belongs to someone else's process (different start time, no marker).
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        gitdir = sim_target.repo / ".git" / "harness"
+        gitdir.mkdir(exist_ok=True)
+        base = subprocess.run(["git", "-C", str(sim_target.repo), "rev-parse", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+        tree = subprocess.run(["git", "-C", str(sim_target.repo), "write-tree"], capture_output=True,
+                              text=True).stdout.strip()
+        (gitdir / "journal.json").write_text(json.dumps({
+            "version": 1, "run_id": "old", "attempt_id": "old-01", "agent_pid": 1, "marker": "old/old-01",
+            "repo": str(sim_target.repo), "base_commit": base, "tree_before": tree, "dirty_before": [], "restore": [],
+            "delete": [], "created_dirs": [], "state": "running",
+            "server": {"pid": bystander.pid, "pgid": bystander.pid, "start": 1}}))
+        res = recover_host("sim", local(sim_target, tmp_path)[1])
+        assert res["recovered"]["stop"]["state"] in ("already-gone", "killed-marked")
+        assert bystander.poll() is None, "recovery killed a process that was not the attempt's"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+# ============================================================================ 3. two controllers
+
+
+def test_second_controller_fails_at_once_naming_the_holder_or_waits(tmp_path, sim_target):
+    f = write_experiment(tmp_path, "first", free_port(), backend="flashinfer-mla",
+                         bench=[{"name": "b", "num_prompts": 30, "input_len": 16, "output_len": 32,
+                                 "max_concurrency": 1}])
+    first = _run_in_background(tmp_path, f, _host_entry(sim_target, tmp_path))
+    _wait_for_stage(first, "bench")
+    holder = json.loads((sim_target.repo / ".git" / "harness" / "lock.json").read_text())
+    g = write_experiment(tmp_path, "second", free_port(), backend="flashinfer-mla")
+    t0 = time.monotonic()
+    p = subprocess.run(HARNESS + ["run", str(g), "--results-dir", str(tmp_path / "results")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 10, "the second controller must not wait without --wait"
+    assert p.returncode == 3
+    assert f"locked by run {holder['run_id']}" in p.stdout + p.stderr and holder["since"] in p.stdout + p.stderr
+    waiter = subprocess.run(HARNESS + ["run", str(g), "--results-dir", str(tmp_path / "results"), "--wait", "120"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    first.communicate(timeout=120)
+    assert first.returncode == 0 and waiter.returncode == 0, waiter.stdout + waiter.stderr
+    recs = [load_record(r) for r in (tmp_path / "results").rglob("record.json")]
+    assert sorted(r.status for r in recs) == ["infra-error", "ok", "ok"]
+    figure("second controller on the same host", survived=True, time_to_clean_s=0.0, lost=0,
+           note="refused at once naming the holder; with --wait it ran after the first")
+
+
+# ============================================================================ 4. port taken
+
+
+def test_foreign_process_on_the_port_refused_or_avoided_with_port_auto(tmp_path, sim_target):
+    import socket
+
+    port = free_port()
+    s = socket.socket()
+    s.bind(("127.0.0.1", port))
+    s.listen()
+    try:
+        f = write_experiment(tmp_path, "fixed", port, backend="flashinfer-mla")
+        rec = attempt(tmp_path, local(sim_target, tmp_path), f)
+        assert rec.status == "preflight-failed" and f"port {port} is already in use" in rec.error
+        assert "port: auto" in rec.error
+        f = write_experiment(tmp_path, "auto", "auto", backend="flashinfer-mla",
+                             bench=[{"name": "b", "num_prompts": 2, "input_len": 8, "output_len": 8}])
+        rec = attempt(tmp_path, local(sim_target, tmp_path), f)
+        assert rec.status == "ok" and rec.model_extra["server"]["port"] != port
+    finally:
+        s.close()
+    figure("foreign process on the server's port", survived=True, time_to_clean_s=0.0, lost=0,
+           note="refused in preflight; `port: auto` picks a free one")
+
+
+# ============================================================================ 5. SIGTERM ignored, GPU memory
+
+
+def test_server_ignoring_sigterm_is_killed_and_gpu_release_awaited(tmp_path, sim_target):
+    before = tree_snapshot(sim_target.repo)
+    f = write_experiment(tmp_path, "stubborn", free_port(), backend="flashinfer-mla",
+                         server={"env": {"SGLANG_SIM_IGNORE_SIGTERM": "1"}},
+                         bench=[{"name": "b", "num_prompts": 2, "input_len": 8, "output_len": 8}],
+                         timeouts={"stop_grace": 1.5})
+    t0 = time.monotonic()
+    rec = attempt(tmp_path, local(sim_target, tmp_path), f)
+    assert rec.status == "ok"
+    stop = rec.model_extra["server"]["stop"]
+    assert stop["signal"] == "KILL" and stop["left"] == [] and "gpu_dirty" not in stop
+    assert 1.5 <= rec.timings["stop_s"] < 10
+    assert clean(sim_target, before, rec.run_id)
+    apps = subprocess.run([str(sim_target.python.parent / "nvidia-smi"), "--query-compute-apps=pid,used_memory",
+                           "--format=csv,noheader"], capture_output=True, text=True).stdout
+    assert apps.strip() == "", "GPU memory still held after the attempt"
+    figure("server ignores SIGTERM", survived=True, time_to_clean_s=round(rec.timings["stop_s"], 1), lost=0,
+           note=f"KILLed after the {1.5} s grace; GPU memory released (attempt {time.monotonic() - t0:.1f} s)")
+
+
+def test_gpu_memory_that_stays_held_is_recorded_as_gpu_dirty(tmp_path, sim_target):
+    f = write_experiment(tmp_path, "leaky", free_port(), backend="flashinfer-mla",
+                         server={"env": {"SGLANG_SIM_LEAK_GPU_MEMORY": "1"}},
+                         timeouts={"gpu_release": 1.0})
+    rec = attempt(tmp_path, local(sim_target, tmp_path), f)
+    dirty = rec.model_extra["gpu_dirty"]
+    assert dirty and all(int(mib) > 0 for mib in dirty.values())
+    assert rec.model_extra["server"]["stop"]["left"] == []  # the processes are gone; the memory is not
+    figure("GPU memory stays held after the server is gone", survived=True, time_to_clean_s=None, lost=0,
+           note="recorded as gpu_dirty with the pids and MiB still held")
+
+
+# ============================================================================ 6. Ctrl-C at every stage
+
+
+@pytest.mark.parametrize("stage", ["lock", "preflight", "patch", "launch", "wait", "bench"])
+def test_cancel_during_each_stage_stops_reverts_and_records_aborted(tmp_path, sim_target, stage):
+    before = tree_snapshot(sim_target.repo)
+    f = write_experiment(tmp_path, "cancelled", free_port(), backend="flashinfer-mla",
+                         patches=["sim_fp8_kv_into_mla_plan"], server={"kv_cache_dtype": "auto"}, bench=LONG_BENCH)
+    cancel = threading.Event()
+    trigger = StageTrigger(stage, cancel.set)
+    t0 = time.monotonic()
+    from harness.errors import Interrupted
+
+    with pytest.raises(Interrupted):
+        attempt(tmp_path, local(sim_target, tmp_path), f, reporter=trigger, cancel=cancel)
+    rec = load_record(next((tmp_path / "results").rglob("record.json")))
+    assert rec.status == "aborted"
+    assert rec.revert is None or rec.revert.verified
+    assert clean(sim_target, before, rec.run_id)
+    figure(f"Ctrl-C during {stage}", survived=True, time_to_clean_s=round(time.monotonic() - t0, 1), lost=0,
+           note="recorded as aborted; a sweep reruns it on --resume")
+
+
+# ============================================================================ 7. no room for results
+
+
+def test_no_room_left_for_results_is_a_clear_error_and_no_partial_record(tmp_path, sim_target):
+    before = tree_snapshot(sim_target.repo)
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount permission)")
+    try:
+        filler = mnt / "filler"
+        with open(filler, "wb", buffering=0) as w:  # fill the disk, then leave one page: the run starts, the record cannot fit
+            try:
+                while True:
+                    w.write(b"\0" * 4096)
+                    w.flush()
+            except OSError:
+                pass
+        os.truncate(filler, max(0, filler.stat().st_size - 4096))
+        f = write_experiment(tmp_path, "big", free_port(), backend="flashinfer-mla",
+                             bench=[{"name": "b", "num_prompts": 2, "input_len": 8, "output_len": 8}])
+        (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": _host_entry(sim_target, tmp_path)}}))
+        p = subprocess.run(HARNESS + ["run", str(f), "--results-dir", str(mnt)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode != 0 and "Traceback" not in p.stderr
+        assert "no space left" in p.stderr.lower()
+        assert not list(mnt.rglob("record.json")), "no partial record"
+        assert not list(mnt.rglob(".record.json*")), "no temp file left behind"
+        assert tree_snapshot(sim_target.repo) == before, "the host was reverted all the same"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+    figure("no room left for results", survived=True, time_to_clean_s=None, lost=0,
+           note="clear error, exit non-zero, no partial record (the host was still reverted)")
+
+
+# ============================================================================ 9. shell metacharacters
+
+
+def test_shell_metacharacters_never_execute(tmp_path, sshd):
+    canary = tmp_path / "CANARY"
+    hostile = f"x; touch {canary}; $(touch {canary}) `touch {canary}` | touch {canary} && touch {canary}"
+    weird_dir = tmp_path / f"sim $(touch {canary}) ;`touch {canary}`"
+    target = init_target(weird_dir, arch="sm90")
+    host = HostConfig(**sshd.host_entry(), repo=str(target.repo), python=str(target.python), gpus=8,
+                      workdir=str(tmp_path / f"work;touch {canary}"))
+    f = write_experiment(tmp_path, "hostile", free_port(), backend="flashinfer-mla",
+                         model={"path": f"/models/{hostile}", "served_name": hostile},
+                         server={"env": {"HOSTILE": hostile}},
+                         bench=[{"name": "b", "num_prompts": 2, "input_len": 8, "output_len": 8,
+                                 "extra_args": ["--tag", hostile]}])
+    rec = attempt(tmp_path, ("ssh", host), f)
+    assert rec.status == "ok", rec.error
+    g = write_experiment(tmp_path, "hostile-flags", free_port(), backend="flashinfer-mla",
+                         server={"extra_args": [hostile, f"$(touch {canary})"]})
+    rec2 = attempt(tmp_path, ("ssh", host), g)
+    assert rec2.status == "crashed" and rec2.verdict.category == "config-error"  # argparse saw them as arguments
+    assert not canary.exists(), "a string from YAML was executed by a shell"
+    figure("shell metacharacters in every string that reaches the host", survived=True, time_to_clean_s=None,
+           lost=0, note="canary file never created (over SSH)")
+
+
+# ============================================================================ 10. names
+
+
+def test_names_with_dot_dot_or_absolute_paths_are_refused(tmp_path):
+    for bad in ("../../escape", "/etc/passwd", "a/b"):
+        f = tmp_path / "e.yaml"
+        f.write_text(yaml.safe_dump({"name": bad, "model": {"path": "/m"}}, sort_keys=False))
+        (tmp_path / "hosts.yaml").write_text("hosts:\n  box: {address: local, repo: /nonexistent}\n")
+        p = subprocess.run(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results")], cwd=tmp_path,
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and f"{f}:1:" in p.stderr and "letters, digits" in p.stderr
+        assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*"))
+    figure("experiment names with ../ or absolute paths", survived=True, time_to_clean_s=None, lost=0,
+           note="refused by the schema (file:line), nothing written")
+
+
+# ============================================================================ 12. secrets
+
+
+def test_secret_values_masked_in_records_logs_and_terminal(tmp_path, sim_target):
+    secret = "hf_" + uuid.uuid4().hex
+    (tmp_path / "patches" / "leaky_server").mkdir(parents=True)
+    scratch = init_target(tmp_path / "scratch")
+    ls = scratch.repo / "python/sglang/launch_server.py"
+    text = ls.read_text()
+    ls.write_text("import os\nprint('token in env:', os.environ.get('HF_TOKEN'), flush=True)\n" + text)
+    diff = subprocess.run(["git", "-C", str(scratch.repo), "diff"], capture_output=True, text=True).stdout
+    (tmp_path / "patches" / "leaky_server" / "0001.patch").write_text(diff)
+    f = write_experiment(tmp_path, "secretive", free_port(), backend="flashinfer-mla", patches=["leaky_server"],
+                         server={"env": {"HF_TOKEN": secret, "SGLANG_SIM_HANG_AFTER": "server-args"}},
+                         timeouts={"ready": 3})
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": _host_entry(sim_target, tmp_path)}}))
+    p = subprocess.run(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir",
+                                  str(tmp_path / "patches")], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rec_dir = next((tmp_path / "results").rglob("record.json")).parent
+    log = (rec_dir / "server.log").read_text()
+    assert "token in env: <redacted>" in log  # the server printed it; the copy we keep does not hold it
+    for path in rec_dir.iterdir():
+        assert secret not in path.read_text(errors="replace"), path
+    assert secret not in p.stdout + p.stderr
+    assert json.loads((rec_dir / "record.json").read_text())["server"]["env"]["HF_TOKEN"] == "<redacted>"
+    figure("secret environment values", survived=True, time_to_clean_s=None, lost=0,
+           note="masked in the record, the fetched logs and the terminal")
+
+
+# ============================================================================ 13. patch paths
+
+
+def test_patch_set_writing_outside_the_repo_is_refused_before_anything_applies(tmp_path, sim_target):
+    before = tree_snapshot(sim_target.repo)
+    (tmp_path / "patches" / "escape").mkdir(parents=True)
+    (tmp_path / "patches" / "escape" / "0001.patch").write_text(
+        "--- a/../../outside.txt\n+++ b/../../outside.txt\n@@ -0,0 +1 @@\n+gotcha\n")
+    f = write_experiment(tmp_path, "escape", free_port(), patches=["escape"])
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": _host_entry(sim_target, tmp_path)}}))
+    p = subprocess.run(HARNESS + ["run", str(f), "--patches-dir", str(tmp_path / "patches")], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "outside the target repo" in p.stderr
+    assert tree_snapshot(sim_target.repo) == before and not (tmp_path / "outside.txt").exists()
+    figure("patch set touching paths outside the repo or in .git/", survived=True, time_to_clean_s=None, lost=0,
+           note="refused when the patch set is read, before any host is contacted")
+
+
+def test_no_record_lost_or_duplicated_over_a_resumed_sweep(tmp_path):
+    """The bookkeeping promise on its own: every planned key ends with exactly one final record."""
+    target = init_target(tmp_path / "t")
+    hosts = {"h": local(target, tmp_path)[1]}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump({
+        "name": "b", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
+        "server": {"port": "auto", "tp": 2}, "bench": [{"name": "b", "num_prompts": 2, "input_len": 8,
+                                                       "output_len": 8}]}))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "base": "base.yaml",
+                                                     "matrix": {"server.mem_fraction_static": [0.8, 0.85]},
+                                                     "rounds": 2}))
+    plan = plan_sweep(tmp_path / "s.yaml", PATCHES, hosts)
+    store = ResultsStore(tmp_path / "results")
+    run_id = new_run_id()
+    write_run_file(store, run_id, plan, hosts)
+    stopper = StageTrigger("bench", None)
+    sched = Scheduler(plan, hosts, store, run_id, reporter=stopper)
+    stopper.action = sched.cancel.set  # stop the sweep during the first benchmark
+    first = sched.run()
+    assert first.left
+    Scheduler(plan, hosts, store, run_id, reporter=StageTrigger("never", None)).run()
+    by_key = existing_records(store.root / run_id)
+    assert all(len([r for r in by_key[a.key] if is_final(r)]) == 1 for a in plan.attempts)
+    figure("sweep stopped mid-benchmark, then resumed", survived=True, time_to_clean_s=None, lost=0,
+           note=f"{len(plan.attempts)} planned, each with exactly one final record")
