@@ -1,0 +1,219 @@
+"""Correctness of kernels.fp8_mla_decode against a float32 reference over the dequantised KV.
+
+With a CUDA GPU the full matrix runs (batch 1-128, context 1-131072, heads 8/16/64/128, ragged
+lengths, empty rows, CUDA-graph replay). Without one, a small subset runs under Triton's CPU
+interpreter (a few seconds). Without torch/triton everything skips.
+
+Tolerance: ‖out - ref‖ / ‖ref‖ <= 1e-2 (and every element within 2e-2 * max|ref|). The kernel's
+own rounding is: output stored as BF16 (2^-9 relative per element), Q after folding the scales
+rounded to FP16 (2^-11), softmax weights rounded to FP16 for the P.V product (2^-11); the e4m3 ->
+FP16 conversion of K/V is exact and all sums are float32. Measured error is 1.6-3.4e-3, so 1e-2
+keeps a margin of ~3x while any real fault (a wrong row, a lost scale, a bad split merge) is off
+by O(1).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch/triton not installed (optional extra `kernels`)")
+
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    # Must be set before triton is imported: triton.jit picks the interpreter at decoration time,
+    # for triton's own library functions too.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ["TRITON_INTERPRET"] != "1":
+        pytest.skip("no CUDA GPU and TRITON_INTERPRET disabled", allow_module_level=True)
+pytest.importorskip("triton", reason="torch/triton not installed (optional extra `kernels`)")
+
+from kernels.fp8_mla_decode import (
+    D_KV,
+    D_NOPE,
+    DecodeConfig,
+    default_config,
+    mla_decode,
+    mla_decode_fp8,
+    reference_mla_decode,
+)
+
+DEVICE = torch.device("cuda" if ON_GPU else "cpu")
+# The interpreter runs programs one by one, so on the CPU one merge program per (row, head).
+MERGE_DV = 128 if ON_GPU else D_NOPE
+REL_TOL = 1e-2
+ABS_TOL_OF_MAX = 2e-2
+_needs_gpu = pytest.mark.skipif(
+    not ON_GPU, reason="large shapes need a CUDA GPU (CPU runs the small interpreter set)")
+
+
+def gpu_only(fn):
+    return pytest.mark.gpu(_needs_gpu(fn))
+
+
+def make_inputs(lens: list[int], heads: int, pool_extra: int = 64, seed: int = 0):
+    """Random FP8 pool with slots scattered at random, ragged rows, BF16 query."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    total = sum(lens)
+    pool_tokens = total + pool_extra
+    pool = (torch.randn(pool_tokens, 1, D_KV, generator=gen) * 0.6).to(torch.float8_e4m3fn)
+    # Unused slots hold NaN bytes: a kernel that reads outside its rows, or lets a masked row
+    # leak into a sum, fails loudly.
+    used = torch.randperm(pool_tokens, generator=gen)[:total]
+    poison = torch.ones(pool_tokens, dtype=torch.bool)
+    poison[used] = False
+    pool.view(torch.uint8)[poison] = 0x7F  # e4m3fn NaN
+    indptr = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+    q = torch.randn(len(lens), heads, D_KV, generator=gen).to(torch.bfloat16)
+    return (pool.to(DEVICE), indptr.to(DEVICE), used.to(torch.int32).to(DEVICE), q.to(DEVICE))
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, lens: list[int]) -> None:
+    assert not torch.isnan(out).any(), "unwritten or NaN output"
+    out = out.float()
+    for b, n in enumerate(lens):
+        if n == 0:
+            assert torch.equal(out[b], torch.zeros_like(out[b])), "an empty row must give zeros"
+    rel = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert rel <= REL_TOL, f"relative error {rel:.2e}"
+    worst = (out - ref).abs().max().item()
+    assert worst <= ABS_TOL_OF_MAX * ref.abs().max().item(), f"max abs error {worst:.3e}"
+
+
+def run_case(lens, heads, config=None, k_scale=1.0, v_scale=1.0, token_scale=False, seed=0,
+             sm_scale=0.0625):
+    pool, indptr, indices, q = make_inputs(lens, heads, seed=seed)
+    ts = None
+    if token_scale:
+        gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+        ts = (torch.rand(pool.shape[0], generator=gen) + 0.25).to(DEVICE)
+    out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    mla_decode_fp8(q, pool, indptr, indices, sm_scale, k_scale=k_scale, v_scale=v_scale,
+                   token_scale=ts, out=out, config=config)
+    k_ref = k_scale.item() if isinstance(k_scale, torch.Tensor) else k_scale
+    ref = reference_mla_decode(q, pool, indptr, indices, sm_scale, k_ref, v_scale, ts)
+    check(out, ref, lens)
+
+
+# ---------------------------------------------------------------- small: interpreter and GPU
+
+SMALL = [
+    # (lens, heads, splits, min_chunk)
+    ([1], 8, 1, 64),
+    ([5, 0, 70], 16, 1, 64),  # one split: the split kernel writes the output itself
+    ([0, 130, 3, 64], 8, 4, 64),  # ragged, an empty row, splits longer and shorter than the rows
+    ([257], 16, 3, 64),  # split boundaries inside a row
+    ([33, 0], 64, 2, 32),
+    ([40], 128, 1, 32),  # four head tiles
+    ([0, 0], 8, 2, 64),  # nothing at all to attend
+]
+
+
+@pytest.mark.parametrize("lens,heads,splits,min_chunk", SMALL)
+def test_small_shapes(lens, heads, splits, min_chunk):
+    block_n = 32 if min_chunk == 32 else 64
+    run_case(lens, heads, DecodeConfig(block_h=16 if heads <= 16 else 32, block_n=block_n,
+                                       num_splits=splits, min_chunk=min_chunk, merge_block_dv=MERGE_DV))
+
+
+def test_scales_tensor_and_per_token():
+    """k_scale read from device memory, a separate v_scale, and per-token scales."""
+    cfg = DecodeConfig(num_splits=3, min_chunk=64, merge_block_dv=MERGE_DV)
+    run_case([90, 17], 8, cfg, k_scale=torch.tensor([0.75], device=DEVICE), v_scale=1.5, token_scale=True)
+
+
+def test_split_query_views_and_3d_pool():
+    """q_nope/q_rope as separate strided views, the pool as [tokens, 576]."""
+    lens = [50, 77]
+    pool, indptr, indices, q = make_inputs(lens, 16, seed=3)
+    q_wide = torch.zeros(2, 16, 1024, dtype=torch.bfloat16, device=DEVICE)
+    q_wide[..., :D_NOPE], q_wide[..., 700:764] = q[..., :D_NOPE], q[..., D_NOPE:]
+    out = mla_decode(q_wide[..., :D_NOPE], q_wide[..., 700:764], pool.view(-1, D_KV), indptr, indices, 0.1,
+                     config=DecodeConfig(num_splits=2, min_chunk=64, merge_block_dv=MERGE_DV))
+    check(out, reference_mla_decode(q, pool, indptr, indices, 0.1), lens)
+
+
+def test_rejects_bad_layout():
+    pool, indptr, indices, q = make_inputs([4], 8)
+    with pytest.raises(ValueError):
+        mla_decode_fp8(q, pool, indptr.long(), indices, 0.1)
+    with pytest.raises(ValueError):
+        mla_decode_fp8(q[..., :500], pool, indptr, indices, 0.1)
+
+
+# ---------------------------------------------------------------- large: GPU only
+
+LARGE = [
+    # (lens, heads)
+    ([131072], 8),
+    ([131072], 16),
+    ([131072], 128),
+    ([1, 2, 3, 0, 131072, 4097, 65536, 0], 64),
+    ([8192] * 64, 16),
+    ([32768] * 8, 8),
+]
+
+
+@gpu_only
+@pytest.mark.parametrize("lens,heads", LARGE)
+def test_large_default_config(lens, heads):
+    run_case(lens, heads)
+
+
+@gpu_only
+@pytest.mark.parametrize("heads", [8, 16, 64, 128])
+def test_batch_128_ragged_with_empty_rows(heads):
+    gen = torch.Generator().manual_seed(heads)
+    lens = torch.randint(0, 3000, (128,), generator=gen).tolist()
+    lens[::17] = [0] * len(lens[::17])
+    lens[5] = 1
+    run_case(lens, heads, seed=heads)
+
+
+@gpu_only
+@pytest.mark.parametrize("splits", [1, 2, 7, 64, 256])
+def test_split_counts(splits):
+    run_case([1, 999, 20000, 0], 16, DecodeConfig(num_splits=splits))
+
+
+@gpu_only
+@pytest.mark.parametrize("block_n,warps,stages", [(32, 4, 1), (32, 8, 3), (64, 8, 2), (64, 4, 3)])
+def test_geometries(block_n, warps, stages):
+    run_case([3000, 5, 12345], 16, DecodeConfig(block_n=block_n, num_warps=warps, num_stages=stages,
+                                                num_splits=5))
+
+
+@gpu_only
+def test_pdl_merge():
+    run_case([50000, 7], 8, DecodeConfig(num_splits=64, use_pdl=True))
+
+
+@gpu_only
+def test_cuda_graph_replay_with_new_lengths():
+    """One capture serves any lengths: the split count depends on batch and heads only."""
+    heads, batch, max_tokens = 16, 4, 40000
+    pool, _, _, q = make_inputs([max_tokens], heads, seed=7)
+    indptr = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
+    indices = torch.zeros(max_tokens, dtype=torch.int32, device=DEVICE)
+    out = torch.empty(batch, heads, D_NOPE, dtype=torch.bfloat16, device=DEVICE)
+    q = q.expand(batch, -1, -1).contiguous()
+    config = default_config(batch, heads, DEVICE)
+
+    def step():
+        mla_decode_fp8(q, pool, indptr, indices, 0.0625, out=out, config=config)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    used = torch.nonzero(~torch.isnan(pool.view(-1, D_KV)[:, 0].float())).flatten().to(torch.int32)
+    for lens in ([10, 0, 30000, 9000], [1, 1, 1, 1], [0, 0, 0, 39990]):
+        indptr.copy_(torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32))
+        perm = used[torch.randperm(used.numel(), device=DEVICE)][: sum(lens)]
+        indices[: sum(lens)] = perm
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, reference_mla_decode(q, pool, indptr, indices[: sum(lens)], 0.0625), lens)
