@@ -587,6 +587,9 @@ class Attempt:
             self.link.emit("ready", ready_s=round(time.monotonic() - self.t_launch, 3))
             self.stage("bench")
             self.bench()
+            if self.spec.get("profile"):
+                self.stage("profile")
+                self.profile()
         except Aborted as exc:
             self.result.update(status="aborted", error="attempt aborted: %s" % exc)
         except StageFailed as exc:
@@ -956,6 +959,7 @@ class Attempt:
 
     def hung(self, why):
         self.log.drain()
+        self.stack_dump()
         self.link.emit("hung", reason=why, log_tail="\n".join(self.log.tail[-50:]))
         return StageFailed("hung", "server hung: " + why)
 
@@ -973,12 +977,9 @@ class Attempt:
                 self.run_bench_case(case, rep, out, env)
         self.timings["bench_s"] = round(time.monotonic() - t_bench, 4)
 
-    def run_bench_case(self, case, rep, out, env):
-        argv = fill_slots(case["argv"], self.spec["server"]["port"]) + ["--output-file", out]
-        logp = os.path.join(self.attempt_dir, "bench-%s.log" % case["name"])
-        self.link.emit("bench-start", case=case["name"], repeat=rep)
-        lines_before = count_lines(out)
-        with open(logp, "ab") as logf:
+    def run_client(self, name, argv, log_path, env):
+        """Run a benchmark client against the server while still watching the server; its exit code."""
+        with open(log_path, "ab") as logf:
             proc = subprocess.Popen(argv, cwd=self.attempt_dir, env=env, stdin=subprocess.DEVNULL, stdout=logf,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + float(self.timeouts["bench"])
@@ -988,7 +989,7 @@ class Attempt:
                 self.watch_server("serving")
                 if time.monotonic() > deadline:
                     raise StageFailed("bench-failed", "benchmark case %s did not finish within %ss"
-                                      % (case["name"], self.timeouts["bench"]))
+                                      % (name, self.timeouts["bench"]))
                 self.link.wake.wait(TICK_S)
                 self.link.wake.clear()
         finally:
@@ -996,14 +997,103 @@ class Attempt:
                 kill_group(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.watch_server("serving")  # a server crash explains a failed client better than the client does
+        return proc.returncode
+
+    def run_bench_case(self, case, rep, out, env):
+        argv = fill_slots(case["argv"], self.spec["server"]["port"]) + ["--output-file", out]
+        logp = os.path.join(self.attempt_dir, "bench-%s.log" % case["name"])
+        self.link.emit("bench-start", case=case["name"], repeat=rep)
+        lines_before = count_lines(out)
+        returncode = self.run_client(case["name"], argv, logp, env)
         tail = read_tail(logp, 3000)
-        if proc.returncode != 0:
-            raise StageFailed("bench-failed", "benchmark case %s exited %s:\n%s" % (case["name"], proc.returncode, tail))
+        if returncode != 0:
+            raise StageFailed("bench-failed", "benchmark case %s exited %s:\n%s" % (case["name"], returncode, tail))
         new = read_jsonl(out)[lines_before:]
         if not new:
             raise StageFailed("bench-failed", "benchmark case %s wrote no result line to its --output-file:\n%s"
                               % (case["name"], tail))
         self.link.emit("bench-result", case=case["name"], repeat=rep, result=new[-1])
+
+    # ------------------------------------------------------------------ profile
+
+    def http(self, path, body=None, timeout=30):
+        srv = self.spec["server"]
+        host = srv.get("host", "127.0.0.1")
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        url = "http://%s:%s%s" % (host if ":" not in host else "[%s]" % host, srv["port"], path)
+        data = json.dumps(body or {}).encode()
+        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(req, timeout=timeout) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    def profile(self):
+        """SGLang's /start_profile while a short load runs, then the trace files. Never fails the attempt:
+        a profile that did not come is recorded as `profile_error`."""
+        p = self.spec["profile"]
+        out_dir = os.path.join(self.attempt_dir, "profile")
+        os.makedirs(out_dir, exist_ok=True)
+        try:
+            code, text = self.http("/start_profile", {"output_dir": out_dir, "num_steps": p["steps"],
+                                                      "activities": p["activities"]})
+            if code != 200:
+                self.result["profile_error"] = "/start_profile answered %s: %s" % (code, text.strip())
+                return
+            argv = fill_slots(p["argv"], self.spec["server"]["port"]) + [
+                "--output-file", os.path.join(self.attempt_dir, "profile-load.jsonl")]
+            rc = self.run_client("profile-load", argv, os.path.join(self.attempt_dir, "profile-load.log"),
+                                 self.server_env())
+            if rc != 0:
+                self.result["profile_error"] = "the profiling load (case %s) exited %s" % (p["case"], rc)
+            files = self.wait_traces(out_dir, 2.0)
+            if not files:  # fewer steps ran than asked: stop it ourselves
+                self.http("/stop_profile", timeout=float(p["timeout"]))
+                files = self.wait_traces(out_dir, float(p["timeout"]))
+            if files:
+                self.result["profile_files"] = files
+            else:
+                self.result["profile_error"] = "no trace files appeared in %s within %ss" % (out_dir, p["timeout"])
+        except (OSError, ValueError) as exc:
+            self.result["profile_error"] = "profiling failed: %s" % exc
+
+    def wait_traces(self, out_dir, timeout):
+        """Trace files, once they exist and their sizes stop changing (ranks write them after the stop)."""
+        end = time.monotonic() + timeout
+        last = None
+        while True:
+            files = sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir)
+                           if re.search(r"-TP-\d+.*\.trace\.json(\.gz)?$", f))
+            sizes = [os.path.getsize(f) for f in files]
+            if files and sizes == last:
+                return files
+            last = sizes
+            if time.monotonic() >= end:
+                return files if files else []
+            self.check_abort()
+            self.watch_server("profile")
+            time.sleep(0.25)
+
+    def stack_dump(self):
+        """Where a hung server is stuck, from py-spy when the host has it (kept beside the record)."""
+        env = self.server_env()
+        exe = shutil.which("py-spy", path=env.get("PATH"))
+        if not exe or self.server is None:
+            return
+        path = os.path.join(self.attempt_dir, "stack-dump.txt")
+        chunks = []
+        for pid in [self.server.pid] + [p for p in group_members(self.server_pgid) if p != self.server.pid]:
+            try:
+                p = run([exe, "dump", "--pid", str(pid)], env=env, timeout=30)
+                chunks.append("=== pid %d (exit %d)\n%s%s" % (pid, p.returncode, p.stdout.decode(errors="replace"),
+                                                               p.stderr.decode(errors="replace")))
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                chunks.append("=== pid %d: py-spy failed: %s\n" % (pid, exc))
+        with open(path, "w") as f:
+            f.write("\n".join(chunks))
+        self.result["stack_dump"] = path
 
     # ------------------------------------------------------------------ stop
 

@@ -175,6 +175,38 @@ def recover(
                   f"{'byte-identical' if rec['revert']['verified'] else '[red]NOT identical[/]'}", highlight=False)
 
 
+@app.command("profile-summary")
+def profile_summary(
+    trace: Path = typer.Argument(..., help="A torch-profiler trace (.json or .json.gz), e.g. SGLang's "
+                                           "*-TP-0.trace.json.gz; read streamed."),
+    top: int = typer.Option(10, "--top", help="How many operations to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """The operations that take the GPU's time, kernels grouped under the framework op that launched them."""
+    from .profile import summarize_trace
+
+    with _errors():
+        if not trace.is_file():
+            raise ConfigError("trace file not found", file=trace)
+        try:
+            summary = summarize_trace(trace, top=top)
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"not a readable Chrome/torch-profiler trace: {exc}", file=trace) from None
+        if as_json:
+            print(json.dumps(summary.to_dict(), indent=1))
+            return
+        per_step = f", {summary.per_step_us / 1e3:.2f} ms per step over {summary.steps} steps" if summary.steps else ""
+        out.print(f"GPU time {summary.total_gpu_us / 1e3:.2f} ms in {summary.kernels} kernels{per_step}",
+                  highlight=False)
+        table = Table(box=None, show_header=True, header_style="bold")
+        for col in ("share", "GPU ms", "calls", "operation", "top kernel"):
+            table.add_column(col)
+        for op in summary.top:
+            table.add_row(f"{op.share * 100:5.1f}%", f"{op.gpu_us / 1e3:.2f}", str(op.calls), escape(op.name),
+                          escape(op.kernels[0][0][:80]) if op.kernels else "")
+        out.print(table)
+
+
 @sim_app.command("init")
 def sim_init(
     directory: Path = typer.Argument(..., help="Where to create the simulated SGLang checkout."),

@@ -136,6 +136,16 @@ class Timeouts(Strict):
         return self
 
 
+class ProfileSettings(Strict):
+    """Capture a torch-profiler trace after the benchmark, under a short load from one bench case."""
+
+    steps: int = Field(5, ge=1, description="forward steps to record (SGLang's num_steps)")
+    case: Name | None = Field(None, description="the bench case that drives the load (default: the first)")
+    num_prompts: int | None = Field(None, ge=1, description="a shorter load than the case's own")
+    activities: tuple[Literal["CPU", "GPU", "MEM"], ...] = ("CPU", "GPU")
+    timeout: float = Field(300.0, gt=0, description="seconds to wait for the trace files")
+
+
 class Experiment(Strict):
     name: Name
     description: str = ""
@@ -152,6 +162,17 @@ class Experiment(Strict):
     base_ref: str | None = None
     gpus: int | None = Field(None, ge=0)
     allow_dirty: tuple[str, ...] = ()
+    profile: ProfileSettings | None = None
+
+    @model_validator(mode="after")
+    def _profile_case(self) -> Experiment:
+        if self.profile is not None:
+            names = [c.name for c in self.bench]
+            if not names:
+                raise ValueError("profile: needs at least one bench case to drive the load")
+            if self.profile.case is not None and self.profile.case not in names:
+                raise ValueError(f"profile.case {self.profile.case!r} is not a bench case ({', '.join(names)})")
+        return self
 
     @field_validator("bench")
     @classmethod

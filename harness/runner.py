@@ -314,6 +314,12 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
     for case, path in (final.get("bench_files") or {}).items():
         wanted.append((path, f"bench-{case}.jsonl"))
         wanted.append((path[: -len(".jsonl")] + ".log", f"bench-{case}.log"))
+    if final.get("profile_files"):
+        (directory / "profile").mkdir(exist_ok=True)
+        for path in final["profile_files"]:
+            wanted.append((path, "profile/" + path.rsplit("/", 1)[-1]))
+    if final.get("stack_dump"):
+        wanted.append((final["stack_dump"], "stack-dump.txt"))
     missing = []
     for remote, local in wanted:
         try:
@@ -350,6 +356,7 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
         verdict = {"category": "hung", "key_line": last, "phase": phase,
                    "hint": "the server stopped making progress; a hang at distributed init usually means NCCL "
                            "(try NCCL_DEBUG=INFO, NCCL_P2P_DISABLE=1)"}
+    profile = _profile_summary(directory, final)
     timings = dict(final.get("timings") or {})
     timings["total_s"] = round(elapsed, 4)
     metrics = {case: summarize(rows) for case, rows in follow.bench_rows.items()}
@@ -373,10 +380,11 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
         "changed_paths": final.get("changed_paths"),
         "recovered": final.get("recovered"),
         "abort_reason": final.get("abort_reason"),
+        "profile": profile,
     }
     extra.update(record_extra)
     for key in ("dirty", "locked_by", "fetch_missing", "port_in_use", "cannot_run", "preflight_warnings", "arch",
-                "budget_exceeded", "gpu_dirty"):
+                "budget_exceeded", "gpu_dirty", "profile_error"):
         if final.get(key):
             extra[key] = final[key]
     return Record(
@@ -385,6 +393,24 @@ def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: d
         detect_latency_s=follow.detect_latency_s if status == "crashed" else None,
         metrics=metrics, provenance=provenance, revert=final.get("revert"), **extra,
     )
+
+
+def _profile_summary(directory: Path, final: dict) -> dict | None:
+    """The top operations by GPU time in the rank-0 trace (what the comparison's "top op" shows)."""
+    traces = sorted((directory / "profile").glob("*-TP-0*.trace.json*")) if (directory / "profile").is_dir() else []
+    if not traces:
+        return None
+    from .profile import summarize_trace
+
+    try:
+        summary = summarize_trace(traces[0], top=8)
+    except (OSError, ValueError) as exc:
+        final["profile_error"] = f"cannot read {traces[0].name}: {exc}"
+        return None
+    out = summary.to_dict()
+    out["trace"] = str(traces[0].relative_to(directory))
+    out["files"] = sorted(str(p.relative_to(directory)) for p in (directory / "profile").iterdir())
+    return out
 
 
 def _last_line(path: Path) -> str | None:

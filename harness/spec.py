@@ -139,6 +139,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         "alive_interval_s": 2.0,
         "lock_wait_s": lock_wait_s,
         "expect": exp.expect,
+        "profile": _profile_spec(host.python, exp),
         "requirements": {
             "backend": r.backend_name,
             "attention_backend": r.backend.attention_backend if r.backend else exp.server.attention_backend,
@@ -147,3 +148,14 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
             "gpus": exp.gpus_needed,
         },
     }
+
+
+def _profile_spec(python: str, exp: Experiment) -> dict | None:
+    p = exp.profile
+    if p is None:
+        return None
+    case = next(c for c in exp.bench if c.name == (p.case or exp.bench[0].name))
+    if p.num_prompts is not None:
+        case = case.model_copy(update={"num_prompts": p.num_prompts})
+    return {"steps": p.steps, "activities": list(p.activities), "timeout": p.timeout, "case": case.name,
+            "argv": bench_serving_argv(python, exp, case)}

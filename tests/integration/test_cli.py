@@ -209,3 +209,6 @@ def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(tmp_path):
     assert all(r["revert"] is None or r["revert"]["verified"] for r in records)
     assert "static assertion failed" in p.stdout
     assert "vs base" in p.stdout and "▲" in p.stdout  # the comparison table, with significant ratios
+    assert "top op" in p.stdout and "aten::copy_" in p.stdout  # every attempt profiled: the copy shows up
+    stock = [r for r in by_exp["sim-flashinfer-mla"] if r["profile"]]
+    assert stock and all(r["profile"]["top"][0]["name"] == "aten::copy_" for r in stock)

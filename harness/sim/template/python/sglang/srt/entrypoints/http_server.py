@@ -420,8 +420,12 @@ def flush_cache(h):
 
 def start_profile(h):
     body = h._body() if h.command == "POST" else {}
-    output_dir = body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
-    errors = [e for e in _global_state.tokenizer_manager.call("profile", "start", output_dir) if e]
+    request = {
+        "output_dir": body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
+        "num_steps": body.get("num_steps"),
+        "profile_prefix": body.get("profile_prefix"),
+    }
+    errors = [e for e in _global_state.tokenizer_manager.call("profile", "start", request) if e]
     if errors:
         return h.send_text(400, errors[0] + "\n")
     h.send_text(200, "Start profiling.\n")

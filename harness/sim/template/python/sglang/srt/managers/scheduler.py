@@ -16,6 +16,8 @@ import time
 from collections import deque
 
 from sglang._sim import crash_in_bench, device_seconds_to_wall, ignore_sigterm, milestone
+from sglang._sim.gpus import load_facts
+from sglang._sim.profiler import Recorder
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_executor.model_runner import ModelRunner
@@ -192,12 +194,19 @@ class Scheduler:
             },
         }
 
-    def profile(self, action, output_dir):
+    def profile(self, action, request):
         if action == "start":
             if self.profiling:
                 return "Profiling is already in progress. Call /stop_profile first."
+            request = request if isinstance(request, dict) else {"output_dir": request}
+            output_dir = request.get("output_dir") or "/tmp"
             self.profiling = True
             self.profile_id = "%.6f" % time.time()
+            sa = self.server_args
+            backend = sa.decode_attention_backend or sa.attention_backend or "flashinfer"
+            self.recorder = Recorder(output_dir, self.profile_id, sa.tp_size, request.get("num_steps"), backend,
+                                     self.model_runner.model_config.num_hidden_layers, load_facts()["name"],
+                                     prefix=(request.get("profile_prefix") or ""))
             logger.info(
                 "Profiling starts. Traces will be saved to: %s (with profile id: %s)"
                 % (output_dir, self.profile_id)
@@ -205,10 +214,14 @@ class Scheduler:
             return None
         if not self.profiling:
             return "Profiling is not in progress. Call /start_profile first."
+        self._finish_profile()
+        return None
+
+    def _finish_profile(self):
         self.profiling = False
         logger.info("Stop profiling...")
-        logger.info("Profiling done. The simulated target records no trace files.")
-        return None
+        paths = self.recorder.write()
+        logger.info("Profiling done. Traces are saved to: %s" % os.path.dirname(paths[0]))
 
     # ------------------------------------------------------------- batches
 
@@ -222,6 +235,10 @@ class Scheduler:
         tic = time.perf_counter()
         self._check_injected_crash(reqs)
         cost = self.model_runner.forward(forward_batch)
+        if self.profiling and self.recorder.step(
+            "decode" if forward_batch.forward_mode.is_decode() else "extend", forward_batch.num_tokens, cost
+        ):
+            self._finish_profile()  # num_steps reached: stops by itself, like SGLang
         wall = device_seconds_to_wall(sum(cost.values()))
         remaining = wall - (time.perf_counter() - tic)
         if remaining > 0:

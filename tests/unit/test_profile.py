@@ -1,0 +1,75 @@
+"""Trace summaries (pure, streamed): kernels grouped under the framework op that launched them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+from harness.profile import summarize_trace
+
+
+def trace(events):
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+def op(name, ext, ts=0):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": 5, "pid": 1, "tid": 1,
+            "args": {"External id": ext}}
+
+
+def kernel(name, ext, dur, ts=0):
+    args = {"correlation": ext} if ext is None else {"External id": ext, "correlation": ext}
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7, "args": args}
+
+
+def seed_like_events():
+    """The seed's profile: the FP8→BF16 cast of the whole pool is 69 % of the step."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 93000, "pid": 1,
+               "tid": 1, "args": {}}]
+    ext = 0
+    for layer in range(10):
+        ext += 1
+        events += [op("aten::to", 10_000 + ext), op("aten::copy_", ext), kernel("direct_copy_kernel_cuda", ext, 6460)]
+        ext += 1
+        events += [op("flashinfer::mla_run", ext), kernel("BatchMLAPagedAttentionKernel", ext, 900)]
+        ext += 1
+        events += [op("aten::mm", ext), kernel("sm90_gemm", ext, 1940)]
+    events.append(kernel("ncclDevKernel_AllReduce", None, 50))  # a kernel with no framework op
+    events.append({"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "ts": 0, "pid": 1, "tid": 1})
+    return events
+
+
+def test_top_op_is_the_copy_with_its_share(tmp_path):
+    f = tmp_path / "t.trace.json"
+    f.write_text(json.dumps(trace(seed_like_events())))
+    s = summarize_trace(f, top=5)
+    assert [o.name for o in s.top[:3]] == ["aten::copy_", "aten::mm", "flashinfer::mla_run"]
+    assert abs(s.top[0].share - 64600 / (64600 + 9000 + 19400 + 50)) < 1e-3
+    assert s.top[0].kernels[0][0] == "direct_copy_kernel_cuda" and s.top[0].calls == 10
+    assert any(o.name == "ncclDevKernel_AllReduce" for o in s.top)  # unlinked kernels under their own name
+    assert s.steps == 1 and s.kernels == 31 and s.per_step_us == s.total_gpu_us
+
+
+def test_gzip_and_bare_list_traces(tmp_path):
+    g = tmp_path / "t.trace.json.gz"
+    with gzip.open(g, "wt") as w:
+        json.dump(trace(seed_like_events()), w)
+    plain = tmp_path / "list.json"
+    plain.write_text(json.dumps(seed_like_events()))
+    assert summarize_trace(g).top[0].name == summarize_trace(plain).top[0].name == "aten::copy_"
+
+
+def test_cli_json(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(trace(seed_like_events())))
+    p = subprocess.run([sys.executable, "-m", "harness", "profile-summary", str(f), "--top", "2", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert [o["name"] for o in data["top"]] == ["aten::copy_", "aten::mm"] and data["steps"] == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    p = subprocess.run([sys.executable, "-m", "harness", "profile-summary", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
