@@ -112,7 +112,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
             row.key_line = f.error.strip().splitlines()[0]
     if ok and len(ok) < len(recs):
         row.notes.append(f"{len(recs) - len(ok)} of {len(recs)} attempts not ok")
-    tops = [(r.model_extra or {}).get("profile", {}).get("top") for r in ok]
+    tops = [((r.model_extra or {}).get("profile") or {}).get("top") for r in ok]
     tops = [t for t in tops if t]
     if tops:
         first = tops[-1][0]

@@ -87,3 +87,12 @@ def test_plot_writes_a_png(tmp_path):
                       baseline="base")
     plot(rows, "output_throughput", str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_top_op_from_profiles_and_records_without_one():
+    with_profile = rec("base", [100, 101, 99])
+    with_profile.__pydantic_extra__["profile"] = {"top": [{"name": "aten::copy_", "share": 0.69}]}
+    without = rec("other", [100, 101, 99])
+    without.__pydantic_extra__["profile"] = None
+    rows = build_rows([with_profile, without], metric="output_throughput", baseline="base")
+    assert row(rows, "base").top_op == "aten::copy_ 69%" and row(rows, "other").top_op is None
