@@ -873,10 +873,11 @@ class Attempt:
         srv = self.spec["server"]
         logf = open(self.log_path, "wb")
         try:
-            self.server = subprocess.Popen(fill_slots(srv["argv"], srv["port"]), cwd=self.repo, env=self.server_env(), stdin=subprocess.DEVNULL,
-                                           stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+            self.server = subprocess.Popen(fill_slots(srv["argv"], srv["port"]), cwd=self.repo,
+                                           env=self.server_env(), stdin=subprocess.DEVNULL, stdout=logf,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
-            raise StageFailed("crashed", "cannot start the server: %s" % exc)
+            raise StageFailed("crashed", "cannot start the server: %s" % exc) from None
         finally:
             logf.close()
         self.t_launch = time.monotonic()

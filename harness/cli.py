@@ -9,23 +9,21 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
 from .config import HostConfig, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
+from .progress import AttemptProgress, SweepProgress
 from .project import bundled_dir, default_hosts_file, default_patches_dir
 from .results import Record, ResultsStore, new_run_id
-from .progress import AttemptProgress, SweepProgress
 from .runner import AttemptOutcome, run_attempt
 from .spec import resolve
 
@@ -351,7 +349,7 @@ def compare(
 
 @app.command()
 def validate(
-    files: Optional[list[Path]] = typer.Argument(None, help="YAML files (default: experiments/**.yaml and hosts.yaml)."),
+    files: Optional[list[Path]] = typer.Argument(None, help="YAML files (default: experiments/**.yaml, hosts.yaml)."),
     against: Optional[Path] = typer.Option(None, "--against", help="A local copy of the target source: dry-apply "
                                                                  "every referenced patch set to it."),
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),

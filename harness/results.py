@@ -91,7 +91,8 @@ class ResultsStore:
                 return d
             except FileExistsError:
                 if attempt:
-                    raise ResultsError(f"results for attempt {d} exist already; records are never overwritten") from None
+                    raise ResultsError(f"results for attempt {d} exist already; records are never overwritten"
+                                       ) from None
                 n += 1
             except OSError as exc:
                 raise ResultsError(f"cannot create {d}: {exc.strerror}") from None

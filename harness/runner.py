@@ -7,9 +7,10 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from . import __version__, agent
 from .bench import summarize
@@ -324,7 +325,7 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
     for remote, local in wanted:
         try:
             t.get(remote, directory / local)
-        except (OSError, IOError):
+        except OSError:
             missing.append(remote)
             (directory / local).unlink(missing_ok=True)  # never keep half a file
     if missing:

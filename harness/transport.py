@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import threading
 from abc import ABC, abstractmethod
@@ -54,7 +53,7 @@ class RemoteProcess(ABC):
     def stderr_tail(self) -> str:
         return "".join(self._stderr)
 
-    def set_read_timeout(self, seconds: float | None) -> None:
+    def set_read_timeout(self, seconds: float | None) -> None:  # noqa: B027 - a no-op unless overridden
         """After this long without a line, readline raises TimeoutError (a link that went silent).
         Local pipes cannot go silent that way: the default does nothing."""
 
@@ -91,7 +90,7 @@ class Transport(ABC):
     @abstractmethod
     def get(self, remote: str, local: Path) -> None: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - most transports hold nothing to close
         pass
 
     def __enter__(self) -> Transport:
@@ -193,7 +192,7 @@ class _SSHProcess(RemoteProcess):
     def readline(self) -> bytes:
         try:
             return self._out.readline()
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError("no data from the host") from None
         except Exception:  # the connection died: same as end of stream
             return b""
@@ -259,7 +258,7 @@ class SSHTransport(Transport):
                                         f"accept the fingerprint, or set `accept_new_host_key: true` for this host "
                                         f"in hosts.yaml") from None
             raise HostUnreachable(self.name, f"SSH error talking to {label}: {exc}") from None
-        except (socket.timeout, TimeoutError) as exc:
+        except TimeoutError as exc:
             raise HostUnreachable(self.name, f"connection to {label} timed out ({exc})",
                                   hint="is the host up and the port right?") from None
         except (OSError, paramiko.ssh_exception.NoValidConnectionsError) as exc:
@@ -288,7 +287,7 @@ class SSHTransport(Transport):
                     chan.status_event.wait(0.005)
             code = chan.recv_exit_status()
             chan.close()
-        except socket.timeout:
+        except TimeoutError:
             return CommandResult(argv, 124, "", f"timed out after {timeout}s")
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise HostUnreachable(self.name, f"connection lost: {exc}") from None
@@ -324,7 +323,8 @@ class SSHTransport(Transport):
         proc.close_stdin()
         rc = proc.wait(timeout=60)
         if rc != 0:
-            raise HostError(self.name, f"cannot upload {local.name} to {remote} (exit {rc}): {proc.stderr_tail()[-500:]}")
+            raise HostError(self.name, f"cannot upload {local.name} to {remote} (exit {rc}): "
+                                       f"{proc.stderr_tail()[-500:]}")
 
     def get(self, remote: str, local: Path) -> None:
         import paramiko

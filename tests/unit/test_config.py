@@ -20,8 +20,8 @@ def test_good_experiment_loads_with_defaults_and_name_from_file(tmp_path):
     assert exp.name == "stock"
     assert exp.server.tp == 8 and exp.server.port == 30000
     assert exp.gpus_needed == 8
-    with pytest.raises(Exception):
-        exp.name = "other"  # frozen
+    with pytest.raises(ValueError):
+        exp.name = "other"  # frozen (pydantic's ValidationError is a ValueError)
 
 
 def test_misspelt_key_names_line_and_closest_key(tmp_path):

@@ -29,7 +29,7 @@ def seed_like_events():
     events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 0, "dur": 93000, "pid": 1,
                "tid": 1, "args": {}}]
     ext = 0
-    for layer in range(10):
+    for _layer in range(10):
         ext += 1
         events += [op("aten::to", 10_000 + ext), op("aten::copy_", ext), kernel("direct_copy_kernel_cuda", ext, 6460)]
         ext += 1

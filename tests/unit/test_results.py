@@ -44,7 +44,7 @@ def test_disk_full_is_a_clear_error_and_leaves_no_partial_record(tmp_path, monke
 
 
 def test_record_rejects_unknown_status():
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         record(status="fine")
 
 
