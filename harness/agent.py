@@ -321,11 +321,16 @@ def write_json_atomic(path, obj):
     os.replace(tmp, path)
 
 
+VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)""", re.MULTILINE)
+
+
 def read_server_version(repo):
-    for rel in ("python/sglang/version.py", "python/sglang/_version.py"):
+    """SGLang's version from its source: _version.py (written by the build) first, then version.py;
+    only module-level assignments count (version.py also holds a '0.0.0.dev0' fallback)."""
+    for rel in ("python/sglang/_version.py", "python/sglang/version.py"):
         try:
             with open(os.path.join(repo, rel)) as f:
-                m = re.search(r"""__version__\s*=\s*["']([^"']+)""", f.read())
+                m = VERSION_RE.search(f.read())
             if m:
                 return m.group(1)
         except OSError:

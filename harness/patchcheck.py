@@ -7,7 +7,6 @@ caught on the laptop before any host is touched.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import tempfile
@@ -20,12 +19,11 @@ def target_identity(target: Path) -> str | None:
     """What a patch set's `applies_to` is compared with: 'harness-sim' or 'sglang==<version>'."""
     if (target / "python" / "sglang" / "_sim").is_dir():
         return "harness-sim"
-    for rel in ("python/sglang/version.py", "python/sglang/_version.py"):
-        f = target / rel
-        if f.is_file():
-            m = re.search(r"""__version__\s*=\s*["']([^"']+)""", f.read_text(errors="replace"))
-            if m:
-                return f"sglang=={m.group(1)}"
+    from .agent import read_server_version
+
+    version = read_server_version(str(target))
+    if version:
+        return f"sglang=={version}"
     return None
 
 

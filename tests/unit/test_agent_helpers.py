@@ -36,3 +36,13 @@ def test_port_free_detects_listener():
     finally:
         s.close()
     assert agent.port_free("127.0.0.1", port)
+
+
+def test_server_version_read_from_the_source_like_sglang_0523_lays_it_out(tmp_path):
+    pkg = tmp_path / "python" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "version.py").write_text("try:\n    from sglang._version import __version__\nexcept ImportError:\n"
+                                    "    __version__ = \"0.0.0.dev0\"\n")
+    assert agent.read_server_version(str(tmp_path)) is None
+    (pkg / "_version.py").write_text("__version__ = version = '0.5.23'\n__version_tuple__ = (0, 5, 23)\n")
+    assert agent.read_server_version(str(tmp_path)) == "0.5.23"
