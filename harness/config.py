@@ -45,6 +45,8 @@ class HostConfig(Strict):
     ssh_config: str | None = None
     connect_timeout: float = Field(10.0, gt=0)
     keepalive: float = Field(5.0, gt=0, description="seconds between SSH keepalives")
+    heartbeat_timeout: float = Field(20.0, ge=2, description="seconds of controller silence after which the "
+                                     "agent stops the server and reverts by itself")
     repo: str = Field(min_length=1)
     python: str = "python3"
     gpus: int = Field(1, ge=0)

@@ -15,7 +15,10 @@ from .results import Record
 
 ALPHA = 0.05
 NOISY_CV = 0.05
-MIN_SAMPLES = 3
+# Fewer repeats than this on a side: "?" (too few). With 3 against 3 the two-sided Mann-Whitney test cannot
+# reach p < 0.05 at all (at best 2 / C(6, 3) = 0.1), so "not significant" would tell nothing; 4 against 4
+# can (2 / C(8, 4) = 0.029).
+MIN_SAMPLES = 4
 MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""}
 
 

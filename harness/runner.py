@@ -297,15 +297,21 @@ def secret_values(spec: dict) -> list[str]:
 
 
 def _mask_files(directory: Path, secrets: list[str]) -> None:
-    """A server may echo its environment: secret values never stay in the logs we keep."""
-    if not secrets:
+    """A server may echo its environment: secret values never stay in any file we keep — logs, bench
+    output, stack dumps, profile traces — whatever its name. Bytes are replaced as bytes, so a file that
+    is not UTF-8 is not mangled."""
+    values = [v.encode() for v in sorted(secrets, key=len, reverse=True) if len(v) >= 4]
+    if not values:
         return
-    for f in directory.iterdir():
-        if f.suffix in (".log", ".jsonl") and f.is_file():
-            text = f.read_text(errors="replace")
-            masked = mask_secrets(text, secrets)
-            if masked != text:
-                f.write_text(masked)
+    for f in directory.rglob("*"):
+        if f.is_symlink() or not f.is_file():
+            continue
+        data = f.read_bytes()
+        masked = data
+        for value in values:
+            masked = masked.replace(value, b"<redacted>")
+        if masked != data:
+            f.write_bytes(masked)
 
 
 def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:

@@ -110,7 +110,7 @@ def patch_entries(sets: tuple[PatchSet, ...]) -> tuple[list[dict], list[dict]]:
 
 
 def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
-               heartbeat_timeout_s: float | None = 20.0, lock_wait_s: float = 0.0) -> dict:
+               lock_wait_s: float = 0.0) -> dict:
     exp = r.experiment
     patches, files = patch_entries(r.patch_sets)
     env = {**host.env, **exp.server.env}
@@ -135,7 +135,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         "fatal_patterns": list(FATAL_PATTERNS),
         "ready_pattern": READY_PATTERN,
         "line_prefix_pattern": LINE_PREFIX_PATTERN,
-        "heartbeat_timeout_s": heartbeat_timeout_s,
+        "heartbeat_timeout_s": host.heartbeat_timeout,
         "alive_interval_s": 2.0,
         "lock_wait_s": lock_wait_s,
         "expect": exp.expect,

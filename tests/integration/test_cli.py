@@ -206,7 +206,12 @@ def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(tmp_path):
     assert all(r["status"] == "ok" for r in by_exp["sim-trtllm_mla"])
     assert {r["status"] for r in by_exp["sim-cutlass_mla"]} == {"preflight-failed"}  # not in SGLang 0.5.23
     assert {r["host"] for r in by_exp["sim-flashinfer-mla"]} == {"sim-h200", "sim-b200"}  # baseline per arch
-    assert all(r["revert"] is None or r["revert"]["verified"] for r in records)
+    for r in records:  # every attempt that reached the patch stage was reverted, and the revert verified
+        if "patch_s" in r["timings"]:
+            assert r["revert"] and r["revert"]["verified"], (r["experiment"], r["revert"])
+            assert r["revert"]["tree_before"] == r["revert"]["tree_after"]
+        else:  # refused in preflight: nothing was applied, so there was nothing to revert
+            assert (r["status"], r["revert"]) == ("preflight-failed", None), r["experiment"]
     assert "static assertion failed" in p.stdout
     assert "vs base" in p.stdout and "▲" in p.stdout  # the comparison table, with significant ratios
     assert "top op" in p.stdout and "aten::copy_" in p.stdout  # every attempt profiled: the copy shows up

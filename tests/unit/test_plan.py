@@ -51,6 +51,67 @@ def test_keys_are_stable_and_depend_on_hosts(tmp_path, base):
     assert plan_sweep(f, PATCHES, {"b": HOSTS["b"]}).attempts[0].key != k1
 
 
+# ---------------------------------------------------------------------------- resume keys and patch contents
+# `--resume` reruns an attempt only when its key has no final record: any change to what a patch set writes
+# into the target must give a new key, or a result made with the old contents would be reused.
+
+
+@pytest.fixture
+def patched_sweep(tmp_path):
+    """A one-attempt sweep whose experiment uses a patch set with a .patch file and a files/ tree."""
+    ps = tmp_path / "patches" / "mine"
+    (ps / "files" / "python" / "sglang" / "srt").mkdir(parents=True)
+    (ps / "0001-x.patch").write_text("--- a/python/sglang/x.py\n+++ b/python/sglang/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n")
+    (ps / "files" / "python" / "sglang" / "srt" / "new_kernel.py").write_text("SCALE = 1.0\n")
+    (ps / "files" / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (ps / "files" / "run.sh").chmod(0o644)
+    write(tmp_path, "base.yaml", {"name": "base", "backend": "flashinfer-mla", "patches": ["mine"],
+                                  "model": {"path": "/m"}})
+    sweep = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml"})
+
+    def key() -> str:
+        (attempt,) = plan_sweep(sweep, tmp_path / "patches", {"a": HOSTS["a"]}).attempts
+        return attempt.key
+
+    return ps, key
+
+
+def test_attempt_key_is_the_same_when_nothing_changed(patched_sweep):
+    _, key = patched_sweep
+    assert key() == key()
+
+
+def test_attempt_key_changes_when_a_file_in_files_tree_changes_content(patched_sweep):
+    ps, key = patched_sweep
+    before = key()
+    (ps / "files" / "python" / "sglang" / "srt" / "new_kernel.py").write_text("SCALE = 2.0\n")  # same size
+    assert key() != before
+
+
+def test_attempt_key_changes_when_a_file_in_files_tree_becomes_executable(patched_sweep):
+    ps, key = patched_sweep
+    before = key()
+    (ps / "files" / "run.sh").chmod(0o755)
+    assert key() != before
+    (ps / "files" / "run.sh").chmod(0o644)
+    assert key() == before  # the mode, and nothing else, made the difference
+
+
+def test_attempt_key_changes_when_a_file_is_added_to_files_tree(patched_sweep):
+    ps, key = patched_sweep
+    before = key()
+    (ps / "files" / "python" / "sglang" / "srt" / "extra.py").write_text("")
+    assert key() != before
+
+
+def test_attempt_key_changes_when_a_patch_file_changes(patched_sweep):
+    ps, key = patched_sweep
+    before = key()
+    patch = ps / "0001-x.patch"
+    patch.write_text(patch.read_text().replace("+a = 2", "+a = 3"))
+    assert key() != before
+
+
 def test_baseline_runs_once_per_gpu_arch_on_a_mixed_fleet(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "baseline": "s-flashinfer-mla",
                                    "matrix": {"backend": ["flashinfer-mla", "trtllm_mla"]}})

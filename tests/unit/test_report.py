@@ -4,7 +4,9 @@ import csv
 import io
 import json
 
-from harness.report import build_rows, to_csv, to_json, to_markdown
+import pytest
+
+from harness.report import build_rows, columns, table_rows, to_csv, to_json, to_markdown
 from harness.results import Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
@@ -96,3 +98,72 @@ def test_top_op_from_profiles_and_records_without_one():
     without.__pydantic_extra__["profile"] = None
     rows = build_rows([with_profile, without], metric="output_throughput", baseline="base")
     assert row(rows, "base").top_op == "aten::copy_ 69%" and row(rows, "other").top_op is None
+
+
+# ============================================================================ the markers a user reads
+# Judged from the rendered tables (markdown, and the cells the terminal table prints), with the
+# significance of each case checked here with scipy directly, not with the code under test.
+
+METRICS = ["median_itl_ms", "output_throughput"]  # lower is better; higher is better
+BASE = [10.0, 10.1, 9.9, 10.2, 9.8, 10.05]  # six repeats of the baseline
+OVERLAPPING = [10.12, 10.22, 9.97, 10.27, 9.93, 10.17]  # a little off the baseline, well inside its spread
+
+
+def scaled(samples, factor, metric):
+    unit = 1.0 if metric.endswith("_ms") else 100.0  # ITL in ms around 10; throughput in tok/s around 1000
+    return [round(v * factor * unit, 4) for v in samples]
+
+
+def two_sided_p(a, b):
+    from scipy.stats import mannwhitneyu
+
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def rendered_markers(records, metric):
+    """label -> the `bs1 vs base` cell, from the markdown table and from the terminal table's cells."""
+    rows = build_rows(records, metric=metric, baseline="base")
+    lines = [line for line in to_markdown(rows, metric).splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    col = head.index("bs1 vs base")
+    markdown = {}
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        markdown[cells[0]] = cells[col]
+    terminal_col = columns(rows).index("bs1 vs base")
+    terminal = {line[0]: line[terminal_col] for line in table_rows(rows)}
+    return markdown, terminal
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_table_marks_a_clearly_better_candidate_up_and_a_clearly_worse_one_down(metric):
+    lower = metric.endswith("_ms")
+    faster, slower = (0.8, 1.2) if lower else (1.2, 0.8)  # faster: 20 % lower ITL, or 20 % more throughput
+    base = scaled(BASE, 1.0, metric)
+    better, worse = scaled(BASE, faster, metric), scaled(BASE, slower, metric)
+    assert max(two_sided_p(better, base), two_sided_p(worse, base)) < 0.01  # no overlap: clearly different
+    records = [rec("base", base, metric=metric), rec("better", better, metric=metric),
+               rec("worse", worse, metric=metric)]
+    for table in rendered_markers(records, metric):
+        assert table["base"] == "baseline"
+        assert table["better"].endswith("▲") and "▼" not in table["better"], table
+        assert table["worse"].endswith("▼") and "▲" not in table["worse"], table
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_table_marks_a_difference_inside_the_noise_as_not_significant(metric):
+    base, close = scaled(BASE, 1.0, metric), scaled(OVERLAPPING, 1.0, metric)
+    assert 0.05 < two_sided_p(close, base) < 0.5  # undecided: neither significant nor plainly the same
+    for table in rendered_markers([rec("base", base, metric=metric), rec("close", close, metric=metric)], metric):
+        assert table["close"].endswith("≈") and not {"▲", "▼", "?"} & set(table["close"]), table
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_table_marks_three_samples_a_side_as_too_few_even_when_they_do_not_overlap(metric):
+    # With 3 repeats a side the two-sided test cannot reach p < 0.05 at all (at best 2 / C(6, 3) = 0.1),
+    # so "not significant" would be a false reassurance: the marker is "?" (too few samples).
+    faster = 0.8 if metric.endswith("_ms") else 1.2
+    base, fast = scaled(BASE[:3], 1.0, metric), scaled(BASE[:3], faster, metric)
+    assert two_sided_p(fast, base) >= 0.05
+    for table in rendered_markers([rec("base", base, metric=metric), rec("fast", fast, metric=metric)], metric):
+        assert table["fast"].endswith("?") and not {"▲", "▼", "≈"} & set(table["fast"]), table

@@ -1,6 +1,11 @@
 """Resolving experiments and building the attempt spec: argv lists only, patch contents inline."""
 
-import shlex
+import io
+import json
+import shutil
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -89,7 +94,56 @@ def test_record_redacts_secret_env():
         "HF_TOKEN": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "NCCL_DEBUG": "INFO"}
 
 
-def test_shell_join_of_argv_round_trips():
-    # The SSH transport joins argv with shlex; a hostile string must come back as one argument.
-    hostile = ["python", "-c", "x", "a'b", "$(reboot)", "; rm -rf ~", "`id`", "\n"]
-    assert shlex.split(shlex.join(hostile)) == hostile
+HOSTILE = ["a'b", 'say "hi"', "$(touch pwned)", "; rm -rf ~", "`id`", "x | y && z", "two\nlines", "*", "~", "",
+           "--flag=$HOME", "\\"]
+
+
+class _RecordingChannel:
+    """Enough of a paramiko channel for SSHTransport.start(): it records the command line it is given."""
+
+    def __init__(self):
+        self.command = None
+
+    def exec_command(self, command):
+        self.command = command
+
+    def makefile(self, mode):
+        return io.BytesIO()
+
+    makefile_stderr = makefile
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_ssh_transport_command_gives_the_remote_shell_back_each_argv_element_unchanged(shell):
+    # sshd runs the command line through the user's shell; every argv element, hostile ones included,
+    # must reach the program as exactly that one argument.
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell} here")
+    from harness.transport import SSHTransport
+
+    chan = _RecordingChannel()
+    transport = SSHTransport.__new__(SSHTransport)  # no connection: only the command line is under test
+    transport.name, transport.host = "box", HOST
+    transport._conn = types.SimpleNamespace(transport=types.SimpleNamespace(open_session=lambda: chan))
+    echo_args = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    transport.start([sys.executable, "-c", echo_args, *HOSTILE])
+    out = subprocess.run([shell, "-c", chan.command], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == HOSTILE
+
+
+def test_yaml_strings_with_shell_metacharacters_reach_the_server_and_bench_argv_unchanged(project):
+    import yaml
+
+    f = exp_file(project, yaml.safe_dump({
+        "name": "e", "backend": "flashinfer-mla", "model": {"path": "/m/" + HOSTILE[2], "served_name": HOSTILE[0]},
+        "server": {"extra_args": HOSTILE, "env": {"X": HOSTILE[3]}},
+        "bench": [{"name": "c1", "num_prompts": 2, "extra_args": HOSTILE}]}))
+    spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
+    spec = json.loads(json.dumps(spec))  # as the agent receives it, over its stdin
+    argv = spec["server"]["argv"]
+    assert argv[argv.index("--model-path") + 1] == "/m/$(touch pwned)"
+    assert argv[argv.index("--served-model-name") + 1] == "a'b"
+    assert argv[-len(HOSTILE):] == HOSTILE
+    assert spec["server"]["env"]["X"] == "; rm -rf ~"
+    assert spec["bench"][0]["argv"][-len(HOSTILE):] == HOSTILE

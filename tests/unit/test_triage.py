@@ -10,8 +10,9 @@ import pytest
 
 from harness.triage import CATEGORIES, PHASES, Triage, triage_file, triage_text
 
-# Read in place from the shared folder beside the project root (never copied into the project).
-REAL_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "real-logs"
+# Real SGLang logs from public bug reports, kept in the repo (tests/fixtures/real-logs/SOURCES.md says where
+# each comes from), so a plain clone runs these tests with nothing beside it.
+REAL_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "real-logs"
 
 
 def expected_rows():
@@ -87,6 +88,52 @@ def test_interleaved_ranks_root_cause_beats_consequences():
     lines.append("[2025-11-01 10:00:09] Received sigquit from a child process. It usually means the child failed.")
     v = triage_text("\n".join(lines), 137)
     assert v.category == "illegal-memory-access"
+
+
+OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a total capacity "
+            "of 139.81 GiB of which 301.69 MiB is free.")
+IMA_LINE = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+@pytest.mark.parametrize("ima_printed_first", [False, True], ids=["oom-printed-first", "ima-printed-first"])
+def test_oom_is_the_root_cause_when_an_illegal_memory_access_follows_it(ima_printed_first):
+    # TP0 runs out of memory capturing CUDA graphs; TP1's kernels then fault on the half-set-up buffers.
+    # SGLang's ranks print in any order, so which one comes first in the file must not matter.
+    oom = ["[2025-11-01 10:00:07 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+           '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 267, in '
+           "__init__",
+           "    self.capture()",
+           OOM_LINE]
+    ima = ["[2025-11-01 10:00:07 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+           '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 267, in '
+           "__init__",
+           "    self.capture()",
+           IMA_LINE,
+           "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+           "might be incorrect."]
+    lines = healthy_start()[:6] + (ima + oom if ima_printed_first else oom + ima) + [
+        "[2025-11-01 10:00:08] Received sigquit from a child process. It usually means the child failed."]
+    v = triage_text("\n".join(lines), 137)
+    assert (v.verdict, v.category, v.phase) == ("crash", "oom", "cuda-graph-capture")
+    assert v.key_line == OOM_LINE
+
+
+def test_a_childs_error_beats_the_sigquit_and_kill_that_follow_it():
+    # A scheduler child fails loading weights; the launcher logs the sigquit, kills the tree and itself.
+    key_error = "KeyError: 'model.layers.0.self_attn.kv_a_proj_with_mqa.weight'"
+    lines = healthy_start()[:3] + [
+        "[2025-11-01 10:00:04 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2009, in run_scheduler_process',
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py", line 1890, in load_weights',
+        "    param = params_dict[name]",
+        key_error,
+        "",
+        "[2025-11-01 10:00:04] Received sigquit from a child process. It usually means the child failed.",
+        "Killed"]
+    v = triage_text("\n".join(lines), 137)
+    assert (v.verdict, v.category, v.phase) == ("crash", "python-exception", "load-weights")
+    assert v.key_line == key_error
 
 
 def test_the_seed_static_assert_is_the_key_line():
@@ -179,9 +226,27 @@ def test_chunked_feeding_equals_whole_text():
         assert t.finish().verdict(137) == whole
 
 
-def test_every_phase_name_is_documented():
-    v = triage_text("\n".join(healthy_start()))
-    assert v.phase in PHASES
+# The phases as the README documents them (section "Crash triage"), in startup order, with how many lines of
+# healthy_start() a server has printed when it is in that phase.
+DOCUMENTED_PHASES = [("args", 1), ("distributed-init", 2), ("load-weights", 3), ("kv-cache", 5),
+                     ("cuda-graph-capture", 6), ("warmup", 8), ("serving", 9)]
+
+
+@pytest.mark.parametrize("phase, printed", DOCUMENTED_PHASES, ids=[p for p, _ in DOCUMENTED_PHASES])
+def test_a_crash_in_each_documented_phase_is_reported_with_that_phase_name(phase, printed):
+    lines = healthy_start()[:printed] + [
+        "[2025-11-01 10:00:10 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "[2025-11-01 10:00:10] Received sigquit from a child process. It usually means the child failed."]
+    v = triage_text("\n".join(lines), 137)
+    assert (v.verdict, v.category, v.phase) == ("crash", "illegal-memory-access", phase)
+
+
+def test_the_phase_names_triage_knows_are_the_ones_the_readme_lists():
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    documented = [p for p, _ in DOCUMENTED_PHASES]
+    assert "`phase` (" + ", ".join(documented) + ")" in readme
+    assert list(PHASES) == documented
 
 
 def test_cli_json_has_exactly_the_contract_keys(tmp_path):
@@ -205,7 +270,7 @@ def test_cli_json_has_exactly_the_contract_keys(tmp_path):
 
 
 # What the failure signatures mean, one typical line each (sglang-facts §3, §6 and common CUDA/NCCL
-# messages) — written for the purpose, not taken from the shared logs.
+# messages) — written for the purpose, not taken from the real logs.
 MEANINGS = [
     ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has a total capacity"),
     ("oom", "RuntimeError: CUDA error: out of memory"),

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Mutation testing of the safety core: do the tests fail when a promise breaks?
+
+Two parts (docs/testing.md explains both):
+
+  fast     mutmut on the safety functions that run in the test process — report markers and statistics,
+           resume keys, triage ranking, secret masking, and the agent's revert/verify/journal/recovery
+           (driven in-process against real git repositories by tests/unit/test_agent_tree.py).
+           Every surviving mutant must be listed as equivalent in docs/testing.md, with why.
+  planted  one-line bugs a reviewer planted by hand, each in a throw-away copy of the project, each
+           with the tests that must kill it — including the agent paths through a real sshd, which
+           mutmut cannot attribute to tests because they run the agent in another process.
+
+    scripts/mutation.py                 # both parts
+    scripts/mutation.py fast            # what CI runs
+    scripts/mutation.py planted [--write docs/mutation-planted.md]
+
+Exit status: 0 when every mutant is killed or explained, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPLAINED_DOC = ROOT / "docs" / "testing.md"
+
+# The safety core, by mutmut's mutant names (module.x_function / module.xǁClassǁmethod).
+SAFETY_CORE = [
+    # revert and verification, journal and recovery (the agent, in-process)
+    "harness.agent.xǁAttemptǁrevert__mutmut_*",
+    "harness.agent.xǁAttemptǁcleanup__mutmut_*",
+    "harness.agent.xǁAttemptǁapply__mutmut_*",
+    "harness.agent.xǁAttemptǁrecover__mutmut_*",
+    "harness.agent.xǁAttemptǁrecover_leftover_journal__mutmut_*",
+    "harness.agent.xǁGitǁtree_state__mutmut_*",
+    "harness.agent.xǁGitǁstatus_entries__mutmut_*",
+    "harness.agent.x_numstat_paths__mutmut_*",
+    # secret masking
+    "harness.runner.x_mask_secrets__mutmut_*",
+    "harness.runner.x_secret_values__mutmut_*",
+    "harness.runner.x__mask_files__mutmut_*",
+    # resume keys
+    "harness.plan.x_content_key__mutmut_*",
+    "harness.plan.x_host_signature__mutmut_*",
+    "harness.patchsets.xǁPatchSetǁsha256__mutmut_*",
+    # report markers
+    "harness.report.x__apply_baseline__mutmut_*",
+    "harness.report.x_lower_is_better__mutmut_*",
+    "harness.report.x_mann_whitney_p__mutmut_*",
+    "harness.report.x_ratio_text__mutmut_*",
+    # triage ranking
+    "harness.triage.x__sig__mutmut_*",
+    "harness.triage.xǁTriageǁ_message__mutmut_*",
+    "harness.triage.xǁTriageǁverdict__mutmut_*",
+]
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A one-line bug: `find` (exactly once in `file`) becomes `replace`; `killers` must fail."""
+
+    name: str
+    file: str
+    find: str
+    replace: str
+    killers: tuple[str, ...]
+
+
+AGENT_TREE = "tests/unit/test_agent_tree.py"
+PROMISES = "tests/integration/test_promises_agent.py"
+PLANTS = [
+    Plant("revert check forced to verified=True", "harness/agent.py",
+          'verified = after == journal["tree_before"]', "verified = True",
+          (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
+           f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
+    Plant("cleanup ignores an unverified revert", "harness/agent.py",
+          'if not self.result["revert"]["verified"] and self.result["status"] == "ok":', "if False:",
+          (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
+           f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
+    Plant("directories created by a patch set never removed", "harness/agent.py",
+          "os.rmdir(os.path.join(root, rel))", "pass",
+          (f"{AGENT_TREE}::test_awkward_patch_set_is_applied_then_restored_byte_for_byte",
+           f"{PROMISES}::test_awkward_patch_set_serves_and_leaves_tree_identical_directories_included")),
+    Plant("files a patch set added are not deleted on revert", "harness/agent.py",
+          "if os.path.lexists(path) and not os.path.isdir(path):", "if False:",
+          (f"{AGENT_TREE}::test_awkward_patch_set_is_applied_then_restored_byte_for_byte",)),
+    Plant("heartbeat silence never aborts the agent", "harness/agent.py",
+          'self.link.abort("controller-silent")', "pass",
+          (f"{PROMISES}::test_controller_stopped_with_stdin_open_server_stopped_and_tree_reverted_after_heartbeat_timeout",)),
+    Plant("stdin EOF does not abort the agent", "harness/agent.py",
+          '            self.abort("controller-gone")\n\n        threading.Thread(target=run, name="stdin"',
+          '            pass\n\n        threading.Thread(target=run, name="stdin"',
+          (f"{PROMISES}::test_agent_stdin_eof_aborts_stops_server_and_reverts_with_no_heartbeat_timeout",)),
+    Plant("▲ and ▼ swapped in the comparison table", "harness/report.py",
+          'MARKERS = {"better": "▲", "worse": "▼"', 'MARKERS = {"better": "▼", "worse": "▲"',
+          ("tests/unit/test_report.py",)),
+    Plant("significance level raised from 0.05 to 0.5", "harness/report.py",
+          "ALPHA = 0.05", "ALPHA = 0.5", ("tests/unit/test_report.py",)),
+    Plant("lower-is-better metrics judged as higher-is-better", "harness/report.py",
+          "better = cell.ratio < 1 if lower else cell.ratio > 1", "better = cell.ratio > 1",
+          ("tests/unit/test_report.py",)),
+    Plant("secret left unmasked in the crash verdict", "harness/runner.py",
+          'triage_text(mask_secrets(ev.get("log_tail") or "", follow.secrets), ev.get("exit_code"))',
+          'triage_text(ev.get("log_tail") or "", ev.get("exit_code"))',
+          (f"{PROMISES}::test_secret_inside_the_fatal_line_is_masked_everywhere_and_the_key_line_kept",)),
+    Plant("secret left unmasked in record.error", "harness/runner.py",
+          "error = mask_secrets(error, follow.secrets)", "error = error",
+          (f"{PROMISES}::test_secret_in_a_failed_benchmarks_output_is_masked_in_the_error_and_logs",)),
+    Plant("only .log files masked", "harness/runner.py",
+          "def _mask_files(directory: Path, secrets: list[str]) -> None:",
+          "def _mask_files(directory: Path, secrets: list[str]) -> None:\n"
+          "    for f in directory.glob('*.log'):\n"
+          "        f.write_text(mask_secrets(f.read_text(errors='replace'), secrets))\n\n\n"
+          "def _unused(directory: Path, secrets: list[str]) -> None:",
+          ("tests/unit/test_masking.py", f"{PROMISES}::test_secret_in_a_hung_servers_stack_dump_is_masked")),
+    Plant("files/ content left out of the resume key", "harness/patchsets.py",
+          'oct(f.mode).encode() + b"\\0" + f.content + b"\\0"', 'oct(f.mode).encode() + b"\\0"',
+          ("tests/unit/test_plan.py",)),
+    Plant("files/ modes left out of the resume key", "harness/patchsets.py",
+          'b"\\0" + oct(f.mode).encode() + b"\\0" + f.content', 'b"\\0" + f.content',
+          ("tests/unit/test_plan.py",)),
+    Plant("OOM ranked below illegal memory access in triage", "harness/triage.py",
+          '_sig("oom", 30,', '_sig("oom", 45,', ("tests/unit/test_triage.py",)),
+]
+
+
+# ============================================================================ fast: mutmut
+
+
+def explained_mutants() -> dict[str, str]:
+    """`name`: reason lines under the 'Equivalent mutants' heading of docs/testing.md."""
+    out: dict[str, str] = {}
+    if not EXPLAINED_DOC.exists():
+        return out
+    section = EXPLAINED_DOC.read_text().split("## Equivalent mutants", 1)
+    if len(section) < 2:
+        return out
+    for m in re.finditer(r"^- `([^`]+)`:?\s*(.*)$", section[1].split("\n## ", 1)[0], re.M):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def run_mutmut(patterns: list[str]) -> dict[str, str]:
+    """Run mutmut on `patterns`; return {mutant: status} for those patterns."""
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh copy: cached results can go stale
+    cmd = [sys.executable, "-m", "mutmut", "run", *patterns]
+    print("$ " + " ".join(cmd[2:]), flush=True)
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode not in (0, 1):  # 1 is also what mutmut returns with survivors in some versions
+        print(p.stdout[-5000:])
+        raise SystemExit(f"mutmut run failed with exit code {p.returncode}")
+    r = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT,
+                       capture_output=True, text=True, check=True)
+    import fnmatch
+
+    statuses = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s*(\S+): (.+)$", line)
+        if m and any(fnmatch.fnmatch(m.group(1), pat) for pat in patterns):
+            statuses[m.group(1)] = m.group(2).strip()
+    return statuses
+
+
+def fast() -> bool:
+    t0 = time.monotonic()
+    statuses = run_mutmut(SAFETY_CORE)
+    explained = explained_mutants()
+    survivors = sorted(n for n, s in statuses.items() if s != "killed")
+    unexplained = [n for n in survivors if n not in explained]
+    stale = sorted(set(explained) - set(survivors))
+    killed = sum(1 for s in statuses.values() if s == "killed")
+    print(f"\nmutmut, safety core: {len(statuses)} mutants, {killed} killed, {len(survivors)} not killed "
+          f"({len(survivors) - len(unexplained)} explained as equivalent in docs/testing.md), "
+          f"{time.monotonic() - t0:.0f} s")
+    for n in unexplained:
+        print(f"  UNEXPLAINED {statuses[n]}: {n}   (mutmut show {n})")
+    for n in stale:
+        print(f"  note: docs/testing.md explains {n}, which no longer survives (remove the line)")
+    if not statuses:
+        print("no mutant matched the safety core patterns: the names moved? update SAFETY_CORE")
+        return False
+    return not unexplained
+
+
+# ============================================================================ planted bugs
+
+
+def project_copy(dest: Path) -> None:
+    """The tracked and untracked-not-ignored files of the project, as they are on disk now."""
+    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, check=True).stdout.decode()
+    for rel in filter(None, out.split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def plant_into(copy: Path, plant: Plant) -> None:
+    path = copy / plant.file
+    text = path.read_text()
+    n = text.count(plant.find)
+    if n != 1:
+        raise SystemExit(f"plant {plant.name!r}: expected the line once in {plant.file}, found it {n} times "
+                         "(the code moved: update PLANTS in scripts/mutation.py)")
+    path.write_text(text.replace(plant.find, plant.replace))
+
+
+def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[int, str]:
+    # PYTHONPATH: every process the tests start (the CLI, the agent) imports the planted copy, not the
+    # installed package.
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=copy,
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
+    tail = [ln for ln in p.stdout.splitlines() if ln.strip()][-1:] or [""]
+    return p.returncode, tail[0]
+
+
+def planted(write: Path | None) -> bool:
+    rows = []
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="harness-planted-") as tmp:
+        clean = Path(tmp) / "clean"
+        project_copy(clean)
+        rc, tail = run_tests(clean, tuple(sorted({t for p in PLANTS for t in p.killers})))
+        if rc != 0:
+            print(f"the killing tests fail without any plant: {tail}")
+            return False
+        for plant in PLANTS:
+            copy = Path(tmp) / "planted"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(clean, copy)
+            plant_into(copy, plant)
+            t0 = time.monotonic()
+            rc, tail = run_tests(copy, plant.killers)
+            killed = rc == 1  # tests ran and failed; 2-5 would be a broken run, not a kill
+            ok &= killed
+            rows.append((plant, killed, time.monotonic() - t0, tail))
+            print(f"{'killed  ' if killed else 'SURVIVED'} {plant.name}  ({time.monotonic() - t0:.0f} s: {tail})",
+                  flush=True)
+    if write:
+        lines = ["# Planted bugs and the tests that kill them", "",
+                 "Written by `scripts/mutation.py planted --write docs/mutation-planted.md`; each bug is planted",
+                 "alone in a throw-away copy of the project and its killing tests are run there.", "",
+                 f"Last run: {time.strftime('%Y-%m-%d %H:%M %Z')}, "
+                 f"{sum(1 for r in rows if r[1])} of {len(rows)} killed.", "",
+                 "| planted bug | file | killed | tests that must fail | s |", "| --- | --- | --- | --- | --- |"]
+        for plant, killed, secs, _ in rows:
+            tests = "<br>".join(f"`{t}`" for t in plant.killers)
+            lines.append(f"| {plant.name} | `{plant.file}` | {'yes' if killed else '**no**'} | {tests} | {secs:.0f} |")
+        write.write_text("\n".join(lines) + "\n")
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("part", nargs="?", choices=["fast", "planted", "all"], default="all")
+    ap.add_argument("--write", type=Path, help="planted: write the results table here (markdown)")
+    args = ap.parse_args()
+    ok = True
+    if args.part in ("fast", "all"):
+        ok &= fast()
+    if args.part in ("planted", "all"):
+        ok &= planted(args.write)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
