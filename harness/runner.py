@@ -8,18 +8,19 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import __version__, agent
-from .bench import summarize
+from . import agent
 from .config import HostConfig
 from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, RemoteCommandError
-from .results import Record, ResultsStore, redact_env
+from .masking import mask_files, mask_secrets, secret_values
+from .recording import AgentReport, make_record
+from .results import Record, ResultsStore
 from .spec import Resolved, build_spec
 from .transport import RemoteProcess, Transport, connect
-from .triage import clean_line, iter_file_lines, triage_file, triage_text
+from .triage import triage_text
 
 AGENT_SOURCE = Path(agent.__file__)
 PROBE = (
@@ -50,23 +51,6 @@ class SilentReporter:
 class AttemptOutcome:
     record: Record
     directory: Path
-
-
-@dataclass
-class _Follow:
-    """What the controller learned from the agent's event stream."""
-
-    final: dict | None = None
-    hello: dict | None = None
-    clock_offset: float = 0.0  # host clock minus controller clock
-    ping_sent: float = 0.0
-    live_verdict: dict | None = None
-    detect_latency_s: float | None = None
-    hung_reason: str | None = None
-    bench_rows: dict[str, list[dict]] = field(default_factory=dict)
-    interrupted: bool = False
-    cancel: threading.Event | None = None
-    secrets: list[str] = field(default_factory=list)
 
 
 def agent_name() -> str:
@@ -108,7 +92,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=f"{exp.name}-{attempt}", lock_wait_s=lock_wait_s)
     spec["deadline_s"] = attempt_budget_s
     t0 = time.monotonic()
-    follow = _Follow(cancel=cancel)
+    follow = AgentReport(cancel=cancel)
     host_error: HarnessError | None = None
     try:
         _run_agent(transport_factory, host_name, host, spec, follow, reporter, label, fetch_into=directory)
@@ -120,7 +104,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
         follow.interrupted = True
         if follow.final is None:
             follow.final = {"status": "aborted", "error": "interrupted before the attempt finished"}
-    record = _make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
+    record = make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
                           time.monotonic() - t0, record_extra or {})
     store.write_record(directory, record)
     outcome = AttemptOutcome(record, directory)
@@ -139,7 +123,7 @@ def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
     run_id = "patchcheck-" + time.strftime("%Y%m%d-%H%M%S")
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=resolved.name)
     spec["mode"] = "apply-revert"
-    follow = _Follow()
+    follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), resolved.name)
     return follow.final or {"status": "infra-error", "error": "no final report"}
 
@@ -162,13 +146,13 @@ def _service(host_name: str, host: HostConfig, mode: str, transport_factory) -> 
             "attempt_id": mode, "repo": host.repo, "workdir": host.workdir,
             "server": {"argv": [host.python], "env": dict(host.env), "port": 0},
             "timeouts": {"stop_grace": 30}, "heartbeat_timeout_s": 60}
-    follow = _Follow()
+    follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), f"{mode}@{host_name}")
     return follow.final or {"status": "infra-error", "error": "no final report"}
 
 
 def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_name: str, host: HostConfig,
-               spec: dict, follow: _Follow, reporter: Reporter, label: str, fetch_into: Path | None = None) -> None:
+               spec: dict, follow: AgentReport, reporter: Reporter, label: str, fetch_into: Path | None = None) -> None:
     transport: Transport | None = None
     try:
         reporter.stage(label, "connect")
@@ -179,13 +163,13 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         _follow_agent(proc, spec, follow, reporter, label, host.is_local, silence_s=max(6.0, 3 * host.keepalive))
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
-            _mask_files(fetch_into, secret_values(spec))
+            mask_files(fetch_into, secret_values(spec))
     finally:
         if transport is not None:
             transport.close()
 
 
-def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Reporter, label: str,
+def _follow_agent(proc: RemoteProcess, spec: dict, follow: AgentReport, reporter: Reporter, label: str,
                   is_local: bool, silence_s: float = 15.0) -> None:
     stop_heartbeat = threading.Event()
     interval = max(0.5, (spec.get("heartbeat_timeout_s") or 60) / 10)
@@ -242,7 +226,7 @@ def _follow_agent(proc: RemoteProcess, spec: dict, follow: _Follow, reporter: Re
                                  + (f":\n{tail}" if tail else ""))
 
 
-def _interrupt(proc: RemoteProcess, follow: _Follow, reporter: Reporter, label: str) -> None:
+def _interrupt(proc: RemoteProcess, follow: AgentReport, reporter: Reporter, label: str) -> None:
     if follow.interrupted:  # second Ctrl-C: drop the channel; the agent's dead man's switch cleans up
         proc.kill()
         raise Interrupted(f"interrupted twice; the agent on the host stops and reverts {label} by itself")
@@ -251,7 +235,7 @@ def _interrupt(proc: RemoteProcess, follow: _Follow, reporter: Reporter, label: 
     proc.write(b'{"cmd": "abort"}\n')
 
 
-def _on_event(ev: dict, follow: _Follow, proc: RemoteProcess, reporter: Reporter, label: str,
+def _on_event(ev: dict, follow: AgentReport, proc: RemoteProcess, reporter: Reporter, label: str,
               is_local: bool) -> bool:
     kind = ev.get("event")
     if kind == "hello":
@@ -283,37 +267,6 @@ def _on_event(ev: dict, follow: _Follow, proc: RemoteProcess, reporter: Reporter
     return False
 
 
-def mask_secrets(text: str, secrets: list[str]) -> str:
-    for value in sorted(secrets, key=len, reverse=True):
-        if len(value) >= 4:
-            text = text.replace(value, "<redacted>")
-    return text
-
-
-def secret_values(spec: dict) -> list[str]:
-    from .results import SECRET_NAME
-
-    return [v for k, v in (spec.get("server", {}).get("env") or {}).items() if SECRET_NAME.search(k) and v]
-
-
-def _mask_files(directory: Path, secrets: list[str]) -> None:
-    """A server may echo its environment: secret values never stay in any file we keep — logs, bench
-    output, stack dumps, profile traces — whatever its name. Bytes are replaced as bytes, so a file that
-    is not UTF-8 is not mangled."""
-    values = [v.encode() for v in sorted(secrets, key=len, reverse=True) if len(v) >= 4]
-    if not values:
-        return
-    for f in directory.rglob("*"):
-        if f.is_symlink() or not f.is_file():
-            continue
-        data = f.read_bytes()
-        masked = data
-        for value in values:
-            masked = masked.replace(value, b"<redacted>")
-        if masked != data:
-            f.write_bytes(masked)
-
-
 def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
     wanted: list[tuple[str, str]] = []
     if final.get("server_log"):
@@ -336,94 +289,3 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
             (directory / local).unlink(missing_ok=True)  # never keep half a file
     if missing:
         final.setdefault("fetch_missing", missing)
-
-
-def _make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: dict, follow: _Follow,
-                 directory: Path, host_error: HarnessError | None, elapsed: float, record_extra: dict) -> Record:
-    final = follow.final or {}
-    status = final.get("status") or "infra-error"
-    error = final.get("error")
-    if error:
-        error = mask_secrets(error, follow.secrets)
-    if host_error is not None:
-        status, error = "infra-error", str(host_error)
-    elif follow.final is None:
-        error = error or "the agent ended without a final report"
-    log = directory / "server.log"
-    verdict = None
-    if status == "crashed":
-        exit_code = final.get("server_exit")
-        verdict = (triage_file(log, exit_code) if log.exists() else None)
-        verdict = verdict.to_dict() if verdict else follow.live_verdict
-        if final.get("foreign_port"):
-            verdict = {"category": "port-in-use", "key_line": error, "phase": "warmup", "hint": None}
-    elif status == "hung":
-        last = _last_line(log) if log.exists() else None
-        phase = triage_file(log).phase if log.exists() else None
-        verdict = {"category": "hung", "key_line": last, "phase": phase,
-                   "hint": "the server stopped making progress; a hang at distributed init usually means NCCL "
-                           "(try NCCL_DEBUG=INFO, NCCL_P2P_DISABLE=1)"}
-    profile = _profile_summary(directory, final)
-    timings = dict(final.get("timings") or {})
-    timings["total_s"] = round(elapsed, 4)
-    metrics = {case: summarize(rows) for case, rows in follow.bench_rows.items()}
-    provenance = {
-        "base_commit": final.get("base_commit"),
-        "patch_sets": {s.name: s.sha256 for s in r.patch_sets},
-        "harness_version": __version__,
-        "server_version": final.get("server_version"),
-        "gpu": final.get("gpus"),
-        "arch": final.get("arch"),
-        "agent_python": (follow.hello or {}).get("python"),
-        "hostname": (follow.hello or {}).get("hostname"),
-    }
-    extra = {
-        "expect": r.experiment.expect,
-        "expectation_met": status == {"ok": "ok", "crash": "crashed", "hang": "hung"}[r.experiment.expect],
-        "experiment_file": str(r.file.resolve()),
-        "server": {"argv": spec["server"]["argv"], "env": redact_env(spec["server"]["env"]),
-                   "port": final.get("port") or spec["server"]["port"], "exit_code": final.get("server_exit"),
-                   "stop": final.get("stop")},
-        "changed_paths": final.get("changed_paths"),
-        "recovered": final.get("recovered"),
-        "abort_reason": final.get("abort_reason"),
-        "profile": profile,
-    }
-    extra.update(record_extra)
-    for key in ("dirty", "locked_by", "fetch_missing", "port_in_use", "cannot_run", "preflight_warnings", "arch",
-                "budget_exceeded", "gpu_dirty", "profile_error"):
-        if final.get(key):
-            extra[key] = final[key]
-    return Record(
-        run_id=run_id, experiment=r.name, attempt=attempt, host=host_name, backend=r.backend_name,
-        status=status, error=error, verdict=verdict, timings=timings,
-        detect_latency_s=follow.detect_latency_s if status == "crashed" else None,
-        metrics=metrics, provenance=provenance, revert=final.get("revert"), **extra,
-    )
-
-
-def _profile_summary(directory: Path, final: dict) -> dict | None:
-    """The top operations by GPU time in the rank-0 trace (what the comparison's "top op" shows)."""
-    traces = sorted((directory / "profile").glob("*-TP-0*.trace.json*")) if (directory / "profile").is_dir() else []
-    if not traces:
-        return None
-    from .profile import summarize_trace
-
-    try:
-        summary = summarize_trace(traces[0], top=8)
-    except (OSError, ValueError) as exc:
-        final["profile_error"] = f"cannot read {traces[0].name}: {exc}"
-        return None
-    out = summary.to_dict()
-    out["trace"] = str(traces[0].relative_to(directory))
-    out["files"] = sorted(str(p.relative_to(directory)) for p in (directory / "profile").iterdir())
-    return out
-
-
-def _last_line(path: Path) -> str | None:
-    last = None
-    for raw in iter_file_lines(path):
-        line = clean_line(raw).strip()
-        if line:
-            last = line
-    return last

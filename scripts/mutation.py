@@ -46,9 +46,9 @@ SAFETY_CORE = [
     "harness.agent.xǁGitǁstatus_entries__mutmut_*",
     "harness.agent.x_numstat_paths__mutmut_*",
     # secret masking
-    "harness.runner.x_mask_secrets__mutmut_*",
-    "harness.runner.x_secret_values__mutmut_*",
-    "harness.runner.x__mask_files__mutmut_*",
+    "harness.masking.x_mask_secrets__mutmut_*",
+    "harness.masking.x_secret_values__mutmut_*",
+    "harness.masking.x_mask_files__mutmut_*",
     # resume keys
     "harness.plan.x_content_key__mutmut_*",
     "harness.plan.x_host_signature__mutmut_*",
@@ -113,12 +113,12 @@ PLANTS = [
           'triage_text(mask_secrets(ev.get("log_tail") or "", follow.secrets), ev.get("exit_code"))',
           'triage_text(ev.get("log_tail") or "", ev.get("exit_code"))',
           (f"{PROMISES}::test_secret_inside_the_fatal_line_is_masked_everywhere_and_the_key_line_kept",)),
-    Plant("secret left unmasked in record.error", "harness/runner.py",
+    Plant("secret left unmasked in record.error", "harness/recording.py",
           "error = mask_secrets(error, follow.secrets)", "error = error",
           (f"{PROMISES}::test_secret_in_a_failed_benchmarks_output_is_masked_in_the_error_and_logs",)),
-    Plant("only .log files masked", "harness/runner.py",
-          "def _mask_files(directory: Path, secrets: list[str]) -> None:",
-          "def _mask_files(directory: Path, secrets: list[str]) -> None:\n"
+    Plant("only .log files masked", "harness/masking.py",
+          "def mask_files(directory: Path, secrets: list[str]) -> None:",
+          "def mask_files(directory: Path, secrets: list[str]) -> None:\n"
           "    for f in directory.glob('*.log'):\n"
           "        f.write_text(mask_secrets(f.read_text(errors='replace'), secrets))\n\n\n"
           "def _unused(directory: Path, secrets: list[str]) -> None:",

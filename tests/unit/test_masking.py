@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 
-from harness.runner import _mask_files, mask_secrets, secret_values
+from harness.masking import mask_files, mask_secrets, secret_values
 
 TOKEN = "hf_s3cr3tV4lue9"
 
@@ -60,7 +60,7 @@ def test_every_file_kept_is_masked_whatever_its_name_and_depth(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00" + TOKEN.encode() + b"\x80")
-    _mask_files(tmp_path, [TOKEN])
+    mask_files(tmp_path, [TOKEN])
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert TOKEN.encode() not in path.read_bytes(), path
@@ -74,12 +74,12 @@ def test_files_without_secrets_are_not_rewritten(tmp_path):
     data = gzip.compress(b'{"traceEvents": []}')
     f.write_bytes(data)
     mtime = f.stat().st_mtime_ns
-    _mask_files(tmp_path, [TOKEN])
+    mask_files(tmp_path, [TOKEN])
     assert f.read_bytes() == data and f.stat().st_mtime_ns == mtime
 
 
 def test_masking_files_with_no_secrets_changes_nothing(tmp_path):
     (tmp_path / "server.log").write_text("tp=1\n")
-    _mask_files(tmp_path, [])
-    _mask_files(tmp_path, ["1"])
+    mask_files(tmp_path, [])
+    mask_files(tmp_path, ["1"])
     assert (tmp_path / "server.log").read_text() == "tp=1\n"
