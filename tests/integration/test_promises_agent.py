@@ -318,9 +318,9 @@ def test_agent_stdin_eof_aborts_stops_server_and_reverts_with_no_heartbeat_timeo
                          bench=LONG_BENCH, timeouts={"stop_grace": 2})
     run_id = new_run_id()
     # Built as run_attempt builds it, but with no heartbeat timeout and no budget: only EOF can abort it.
-    spec = build_spec(resolve(load_experiment(f), f, PATCHES), cfg, run_id=run_id, attempt_id="orphaned-01",
-                      heartbeat_timeout_s=None)
+    spec = build_spec(resolve(load_experiment(f), f, PATCHES), cfg, run_id=run_id, attempt_id="orphaned-01")
     spec["host_name"] = name
+    spec["heartbeat_timeout_s"] = None
     assert spec["heartbeat_timeout_s"] is None and not spec.get("deadline_s")
     # Started as the local transport starts it: the host's Python, own session, pipes.
     with open(tmp_path / "agent.stderr", "wb") as err:
