@@ -24,7 +24,7 @@ import yaml  # noqa: E402
 
 from harness.plan import plan_sweep  # noqa: E402
 from harness.results import ResultsStore, new_run_id  # noqa: E402
-from harness.scheduler import Scheduler, existing_records, write_run_file  # noqa: E402
+from harness.scheduler import Scheduler, write_run_file  # noqa: E402
 from tests.support import netns  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def main() -> None:
             t0 = time.monotonic()
             Scheduler(plan, hosts, store, run_id, reporter=Quiet()).run()
             wall = time.monotonic() - t0
-        records = [r for v in existing_records(store.root / run_id).values() for r in v]
+        records = [r for v in store.records_by_key(run_id).values() for r in v]
     total = sum(r.timings["total_s"] for r in records)
     ideal = total / 4
     per_host = {}

@@ -25,7 +25,8 @@ class Backend:
         return ["--attention-backend", self.attention_backend, *self.extra_args]
 
     def fits_arch(self, arch: str | None) -> bool:
-        return self.archs is None or arch is None or arch in self.archs
+        """False only when both are known and the arch is not one the backend runs on."""
+        return not self.archs or arch is None or arch in self.archs
 
 
 REGISTRY: dict[str, Backend] = {
@@ -64,7 +65,3 @@ REGISTRY: dict[str, Backend] = {
         ),
     )
 }
-
-
-def get_backend(name: str) -> Backend | None:
-    return REGISTRY.get(name)

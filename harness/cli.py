@@ -11,7 +11,8 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Optional
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 from rich.console import Console
@@ -23,9 +24,14 @@ from .config import HostConfig, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
 from .progress import AttemptProgress, SweepProgress
 from .project import bundled_dir, default_hosts_file, default_patches_dir
+from .protocol import Status
+from .resolve import resolve
 from .results import Record, ResultsStore, new_run_id
 from .runner import AttemptOutcome, run_attempt
-from .spec import resolve
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .scheduler import SweepOutcome
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Declarative, fast-to-fail, safe experiments on SGLang servers over SSH.")
@@ -74,7 +80,7 @@ def run(
         with AttemptProgress(out) as progress:
             outcome = run_attempt(resolved, name, host_cfg, store, run_id, reporter=progress, lock_wait_s=wait)
         _print_outcomes([outcome])
-        if outcome.record.status == "infra-error":  # the host could not be used (e.g. another harness holds it)
+        if outcome.record.status == Status.INFRA_ERROR:  # the host could not be used (e.g. another harness holds it)
             raise typer.Exit(3)
 
 
@@ -160,7 +166,7 @@ def recover(
         inventory = load_inventory(hosts_file)
         name, cfg = _pick_host(inventory.hosts, host, hosts_file)
         res = recover_host(name, cfg)
-        if res.get("status") not in (None, "ok"):
+        if res.get("status") not in (None, Status.OK):
             err.print(f"[red]recovery failed:[/] {escape(str(res.get('error')))}", highlight=False)
             raise typer.Exit(3)
         rec = res.get("recovered")
@@ -193,7 +199,9 @@ def profile_summary(
         if as_json:
             print(json.dumps(summary.to_dict(), indent=1))
             return
-        per_step = f", {summary.per_step_us / 1e3:.2f} ms per step over {summary.steps} steps" if summary.steps else ""
+        per_step_us = summary.per_step_us
+        per_step = (f", {per_step_us / 1e3:.2f} ms per step over {summary.steps} steps" if per_step_us is not None
+                    else "")
         out.print(f"GPU time {summary.total_gpu_us / 1e3:.2f} ms in {summary.kernels} kernels{per_step}",
                   highlight=False)
         table = Table(box=None, show_header=True, header_style="bold")
@@ -246,17 +254,15 @@ def demo(
                                          arch=arch, workdir=str(Path(tmp) / name / ".venv" / "harness-work"))
             out.print(f"two simulated SGLang targets: {', '.join(f'{n} ({h.arch})' for n, h in hosts.items())}; "
                       f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
-            outcome = _run_sweep(sweep_file, patches_dir, hosts, ResultsStore(results_dir), new_run_id(), dry_run=False)
-        if outcome is None:
-            return
-        _print_comparison([results_dir / outcome.run_id], baseline=None, metric="output_throughput", fmt="table",
-                          plot_file=None, results_dir=results_dir)
+            store = ResultsStore(results_dir)
+            outcome = _run_sweep(sweep_file, patches_dir, hosts, store, new_run_id())
+        _print_comparison([(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
+                          plot_file=None)
         out.print(f"\nrecords: {results_dir / outcome.run_id}   (harness compare {outcome.run_id} "
                   f"--results-dir {results_dir})", highlight=False)
         if outcome.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
-        met = all((r.model_extra or {}).get("expectation_met") or r.status == "preflight-failed"
-                  for r in outcome.done)
+        met = all(r.expectation_met or r.status == Status.PREFLIGHT_FAILED for r in outcome.done)
         if not met:
             raise typer.Exit(1)
 
@@ -273,7 +279,6 @@ def sweep(
 ) -> None:
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
     from .plan import plan_sweep
-    from .scheduler import read_run_file
 
     with _errors():
         hosts_path = hosts_file or default_hosts_file(sweep_file)
@@ -290,11 +295,10 @@ def sweep(
         pdir = patches_dir or default_patches_dir(sweep_file)
         store = ResultsStore(results_dir)
         if resume:
-            run = read_run_file(results_dir, resume)
-            if Path(run["sweep_file"]) != sweep_file.resolve():
-                others = sorted(p.parent.name for p in results_dir.glob("*/run.json")
-                                if json.loads(p.read_text()).get("sweep_file") == str(sweep_file.resolve()))
-                raise ConfigError(f"run {resume} belongs to another sweep file ({run['sweep_file']})",
+            run = store.read_run(resume)
+            if Path(run.sweep_file) != sweep_file.resolve():
+                others = store.runs_of_sweep(sweep_file)
+                raise ConfigError(f"run {resume} belongs to another sweep file ({run.sweep_file})",
                                   hint=("runs of this sweep: " + ", ".join(others)) if others
                                   else "this sweep file has no runs yet: start one without --resume")
             run_id = resume
@@ -304,11 +308,9 @@ def sweep(
             plan = plan_sweep(sweep_file, pdir, hosts)
             _print_plan(plan, hosts)
             return
-        outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id, dry_run=False)
-        if outcome is None:
-            return
-        _print_comparison([results_dir / run_id], baseline=None, metric="output_throughput", fmt="table",
-                          plot_file=None, results_dir=results_dir)
+        outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id)
+        _print_comparison([(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
+                          plot_file=None)
         if outcome.interrupted:
             err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with "
                       f"`harness sweep {sweep_file} --resume {run_id}`", highlight=False)
@@ -317,7 +319,7 @@ def sweep(
             err.print(f"{len(outcome.left)} attempt(s) not run (sweep budget spent or hosts unusable); resume with "
                       f"`harness sweep {sweep_file} --resume {run_id}`", highlight=False)
             raise typer.Exit(3)
-        if any(r.status == "infra-error" for r in outcome.done):
+        if any(r.status == Status.INFRA_ERROR for r in outcome.done):
             raise typer.Exit(3)
 
 
@@ -335,16 +337,19 @@ def compare(
     with _errors():
         if fmt not in ("table", "markdown", "csv", "json"):
             raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
-        dirs = []
+        store = ResultsStore(results_dir)
+        chosen: list[tuple[ResultsStore, str]] = []
         for r in runs:
-            d = Path(r) if Path(r).is_dir() else results_dir / r
-            if not d.is_dir():
-                known = sorted(p.name for p in results_dir.iterdir() if p.is_dir()) if results_dir.is_dir() else []
-                raise ConfigError(f"no run {r!r} (looked for {d})", hint=("known runs: " + ", ".join(known[-10:]))
-                                  if known else "no runs yet")
-            dirs.append(d)
-        _print_comparison(dirs, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file,
-                          results_dir=results_dir)
+            if Path(r).is_dir():  # a run folder given as a path: its parent is the store
+                folder = Path(r).resolve()
+                chosen.append((ResultsStore(folder.parent), folder.name))
+            elif store.has_run(r):
+                chosen.append((store, r))
+            else:
+                known = store.run_ids()
+                raise ConfigError(f"no run {r!r} (looked for {store.run_path(r)})",
+                                  hint=("known runs: " + ", ".join(known[-10:])) if known else "no runs yet")
+        _print_comparison(chosen, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file)
 
 
 @app.command()
@@ -405,7 +410,7 @@ def validate(
 
 
 def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
-               run_id: str, *, dry_run: bool):
+               run_id: str) -> SweepOutcome:
     from .plan import plan_sweep
     from .scheduler import Scheduler, write_run_file
 
@@ -421,7 +426,7 @@ def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig]
     return outcome
 
 
-def _print_plan(plan, hosts: dict[str, HostConfig]) -> None:
+def _print_plan(plan: Plan, hosts: dict[str, HostConfig]) -> None:
     from .scheduler import why_host_does_not_fit
 
     table = Table(title=f"plan of sweep {plan.name} ({len(plan.attempts)} attempts)", title_justify="left")
@@ -438,31 +443,19 @@ def _print_plan(plan, hosts: dict[str, HostConfig]) -> None:
         out.print(f"budget: attempt {plan.budget.attempt or '-'} s, sweep {plan.budget.sweep or '-'} s")
 
 
-def _print_comparison(run_dirs: list[Path], *, baseline: str | None, metric: str, fmt: str,
-                      plot_file: Path | None, results_dir: Path) -> None:
+def _print_comparison(runs: list[tuple[ResultsStore, str]], *, baseline: str | None, metric: str, fmt: str,
+                      plot_file: Path | None) -> None:
     from . import report
-    from .scheduler import is_final
 
-    records = []
+    records: list[Record] = []
     run_baseline = None
-    for d in run_dirs:
-        run_file = d / "run.json"
-        plan_keys = None
-        if run_file.is_file():
-            run = json.loads(run_file.read_text())
-            plan_keys = {a["key"] for a in run.get("attempts", [])}
-            run_baseline = run_baseline or run.get("baseline")
-        for path in sorted(d.glob("*/*/record.json")):
-            from .results import load_record
-
-            rec = load_record(path)
-            key = (rec.model_extra or {}).get("key")
-            if plan_keys is not None and key is not None and key not in plan_keys:
-                continue  # made by an older version of the plan (an edited patch): stale
-            if is_final(rec):
-                records.append(rec)
+    for store, run_id in runs:
+        run = store.find_run(run_id)
+        if run is not None:
+            run_baseline = run_baseline or run.baseline
+        records += store.final_records(run_id)
     if not records:
-        raise ConfigError("no records to compare in " + ", ".join(map(str, run_dirs)))
+        raise ConfigError("no records to compare in " + ", ".join(str(store.run_path(r)) for store, r in runs))
     rows = report.build_rows(records, metric=metric, baseline=baseline or run_baseline)
     if plot_file is not None:
         report.plot(rows, metric, str(plot_file))
@@ -514,10 +507,9 @@ def _print_outcomes(outcomes: list[AttemptOutcome]) -> None:
     """One block per attempt: what happened, why, the numbers, and where the record is."""
     for o in outcomes:
         r: Record = o.record
-        extra = r.model_extra or {}
-        style = {"ok": "green", "crashed": "red", "hung": "yellow"}.get(r.status, "magenta")
-        expect = extra.get("expect", "ok")
-        met = "[green]as expected[/]" if extra.get("expectation_met") else f"[red]expected {expect}[/]"
+        style = {Status.OK: "green", Status.CRASHED: "red", Status.HUNG: "yellow"}.get(r.status, "magenta")
+        expect = r.expect or "ok"
+        met = "[green]as expected[/]" if r.expectation_met else f"[red]expected {expect}[/]"
         out.print(f"[bold]{escape(r.experiment)}[/] on {escape(r.host)}: [{style}]{r.status}[/] ({met})")
         if r.verdict is not None:
             out.print(f"    cause: {r.verdict.category} in {r.verdict.phase or '?'}", highlight=False)
@@ -550,7 +542,8 @@ class _errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if exc is None or isinstance(exc, (typer.Exit, SystemExit)):
             return False
         if isinstance(exc, KeyboardInterrupt):

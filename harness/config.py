@@ -21,10 +21,10 @@ from .yamlsrc import YamlDoc, load_yaml
 # Names end up in paths on this machine and in argv on hosts: keep them boring.
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-ARCHES = ("sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120", "sm121")
 
 Name = Annotated[str, Field(pattern=SAFE_NAME)]
 EnvMap = dict[Annotated[str, Field(pattern=ENV_NAME)], str]
+# GPU architectures as SGLang's hosts report them (compute capability 9.0 → sm90); the one list of them.
 Arch = Literal["sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120", "sm121"]
 
 
@@ -65,7 +65,7 @@ class Inventory(Strict):
 
     @field_validator("hosts")
     @classmethod
-    def _not_empty(cls, v: dict) -> dict:
+    def _not_empty(cls, v: dict[str, HostConfig]) -> dict[str, HostConfig]:
         if not v:
             raise ValueError("lists no hosts")
         return v

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_HOST = 3
 EXIT_INTERRUPTED = 130

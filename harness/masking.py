@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from .results import SECRET_NAME
@@ -17,8 +18,9 @@ def mask_secrets(text: str, secrets: list[str]) -> str:
     return text
 
 
-def secret_values(spec: dict) -> list[str]:
-    return [v for k, v in (spec.get("server", {}).get("env") or {}).items() if SECRET_NAME.search(k) and v]
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """The values of the server's environment variables whose names look secret (HF_TOKEN, *_KEY, …)."""
+    return [v for k, v in env.items() if SECRET_NAME.search(k) and v]
 
 
 def mask_files(directory: Path, secrets: list[str]) -> None:

@@ -19,7 +19,7 @@ def target_identity(target: Path) -> str | None:
     """What a patch set's `applies_to` is compared with: 'harness-sim' or 'sglang==<version>'."""
     if (target / "python" / "sglang" / "_sim").is_dir():
         return "harness-sim"
-    from .agent import read_server_version
+    from .agent.target import read_server_version
 
     version = read_server_version(str(target))
     if version:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from .config import Budget, Experiment, HostConfig, Sweep, experiment_from_data, load_experiment, load_sweep
 from .errors import ConfigError
-from .spec import Resolved, resolve
+from .resolve import Resolved, resolve
 from .yamlsrc import YamlDoc, load_yaml
 
 
@@ -80,7 +80,7 @@ def plan_sweep(file: Path, patches_dir: Path, hosts: dict[str, HostConfig]) -> P
     # On a mixed fleet a ratio means something only against the baseline measured on the same kind of
     # GPU: the baseline runs once per GPU arch the hosts have.
     archs = sorted({h.arch for h in hosts.values() if h.arch})
-    attempts = []
+    attempts: list[PlannedAttempt] = []
     for rnd, r in interleave(resolved, sweep.rounds):
         pins = archs if (r.name == sweep.baseline and len(archs) > 1) else [None]
         for pin in pins:
@@ -133,7 +133,7 @@ def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(value)).strip("_") or "_"
 
 
-def _set_path(data: dict, axis: str, value: Any, file: Path, doc: YamlDoc) -> None:
+def _set_path(data: dict[str, Any], axis: str, value: Any, file: Path, doc: YamlDoc) -> None:
     parts = axis.split(".")
     node = data
     for part in parts[:-1]:
@@ -145,7 +145,8 @@ def _set_path(data: dict, axis: str, value: Any, file: Path, doc: YamlDoc) -> No
     node[parts[-1]] = value
 
 
-def _axis_error(exc: ValidationError, axes: list, combo: tuple, file: Path, doc: YamlDoc) -> ConfigError:
+def _axis_error(exc: ValidationError, axes: list[tuple[str, tuple[Any, ...]]], combo: tuple[Any, ...], file: Path,
+                doc: YamlDoc) -> ConfigError:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     culprit = next(((axis, v) for (axis, _), v in zip(axes, combo) if loc == axis or loc.startswith(axis + ".")

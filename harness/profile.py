@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 import ijson
 
@@ -42,7 +42,7 @@ class TraceSummary:
     def per_step_us(self) -> float | None:
         return self.total_gpu_us / self.steps if self.steps else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["per_step_us"] = self.per_step_us
         d["top"] = [{**asdict(o), "kernels": [{"name": k, "gpu_us": us} for k, us in o.kernels]} for o in self.top]
@@ -52,10 +52,12 @@ class TraceSummary:
 def _open(path: Path) -> IO[bytes]:
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    if magic == b"\x1f\x8b":
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    return open(path, "rb")
 
 
-def iter_events(path: Path) -> Iterator[dict]:
+def iter_events(path: Path) -> Iterator[dict[str, Any]]:
     """Trace events one by one: `{"traceEvents": [...]}` (torch) or a bare list of events."""
     with _open(path) as f:
         first = f.read(1)

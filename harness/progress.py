@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TypeVar
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .protocol import Status
 from .results import Record
 
-STATUS_STYLE = {"ok": "green", "crashed": "red", "hung": "yellow", "aborted": "magenta"}
+P = TypeVar("P", bound="AttemptProgress")
+
+STATUS_STYLE = {Status.OK: "green", Status.CRASHED: "red", Status.HUNG: "yellow", Status.ABORTED: "magenta"}
 
 
 class AttemptProgress:
@@ -25,7 +29,7 @@ class AttemptProgress:
         self._lock = threading.Lock()
         self.rows: dict[str, tuple[str, float, float]] = {}  # label → (stage, attempt start, stage start)
 
-    def __enter__(self):
+    def __enter__(self: P) -> P:
         if self.console.is_terminal:
             self.live = Live(console=self.console, refresh_per_second=8, transient=True, get_renderable=self.render)
             self.live.__enter__()
@@ -35,7 +39,7 @@ class AttemptProgress:
         if self.live is not None:
             self.live.__exit__(None, None, None)
 
-    def render(self):
+    def render(self) -> RenderableType:
         table = Table.grid(padding=(0, 2))
         now = time.monotonic()
         with self._lock:
@@ -64,10 +68,9 @@ class SweepProgress(AttemptProgress):
         super().__init__(console)
         self.total = total
         self.by_host: dict[str, str] = {}  # host → attempt label
-        self.label_host: dict[str, str] = {}
-        self.counts = (0, 0, total, None)
+        self.counts: tuple[int, int, int, float | None] = (0, 0, total, None)
 
-    def render(self):
+    def render(self) -> RenderableType:
         table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
         for col in ("host", "attempt", "stage", "in stage", "elapsed"):
             table.add_column(col)
@@ -102,7 +105,7 @@ class SweepProgress(AttemptProgress):
         detail = ""
         if record.verdict is not None:
             detail = f" ({record.verdict.category})"
-        elif record.status != "ok" and record.error:
+        elif record.status != Status.OK and record.error:
             detail = f" ({record.error.strip().splitlines()[0][:100]})"
         style = STATUS_STYLE.get(record.status, "magenta")
         self.console.print(f"{escape(host)}: {escape(label)} → [{style}]{record.status}[/]{escape(detail)}",

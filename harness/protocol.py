@@ -1,16 +1,26 @@
 """The controller–agent protocol: one versioned module that both sides import.
 
-Standard library only (it ships inside the agent's zipapp and runs under the host's Python >= 3.8).
-The controller writes one `Spec` as a JSON line on the agent's stdin, then `Command`s (ping, abort);
-the agent answers with JSON-lines events on stdout and ends with exactly one `Final`. Both sides check
-`PROTOCOL`: an agent and a controller of different versions refuse each other with a clear message.
+Standard library only: it ships inside the agent's zipapp and runs under the host's Python >= 3.8.
+
+    controller → agent   one `Spec` (a JSON line on stdin), then `{"cmd": "ping"}` / `{"cmd": "abort"}` lines
+    agent → controller   JSON-lines events (`Hello` first, `Final` last), one class per kind below
+
+Both sides check `PROTOCOL`: a spec or an event of another version, an unknown event kind or an unknown
+key is a `ProtocolError`, never silently dropped. `encode`/`decode` are the only ways across the link.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import Enum
+from typing import Any, ClassVar, Dict, Optional, TypeVar, Union
 
 PROTOCOL = 2
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow this module: another version, an unknown kind or key, a missing key."""
 
 
 class Status(str, Enum):
@@ -27,3 +37,335 @@ class Status(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class Mode(str, Enum):
+    ATTEMPT = "attempt"
+    APPLY_REVERT = "apply-revert"  # a dry run of the patches: apply, compile, revert
+    STATUS = "status"
+    RECOVER = "recover"
+
+
+# An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
+# never come out of a YAML string, so it cannot be forged by one.
+PORT_SLOT = {"slot": "port"}
+ArgvItem = Union[str, Dict[str, str]]
+
+T = TypeVar("T")
+
+
+def _build(cls: type[T], data: Any, where: str) -> T:
+    """A dataclass from a JSON object: unknown or missing keys are errors; nested messages are built too."""
+    if not isinstance(data, dict):
+        raise ProtocolError("%s: expected a JSON object, got %s" % (where, type(data).__name__))
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ProtocolError("%s: unknown key(s) %s (protocol %d)" % (where, ", ".join(unknown), PROTOCOL))
+    nested: dict[str, tuple[type, bool]] = getattr(cls, "NESTED", {})
+    kwargs = {}
+    for name, f in known.items():
+        if name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
+                raise ProtocolError("%s: missing key %r" % (where, name))
+            continue
+        value = data[name]
+        if name in nested and value is not None:
+            sub, is_list = nested[name]
+            if is_list:
+                value = [_build(sub, v, "%s.%s[%d]" % (where, name, i)) for i, v in enumerate(value)]
+            else:
+                value = _build(sub, value, "%s.%s" % (where, name))
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+class Message:
+    """JSON round trip for the dataclasses below."""
+
+    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[T], data: Any) -> T:
+        return _build(cls, data, cls.__name__)
+
+
+# ============================================================================ the spec
+
+
+@dataclass
+class ServerSpec(Message):
+    argv: list[ArgvItem]
+    env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: Union[int, str] = 30000  # or "auto": the agent picks a free port
+
+
+@dataclass
+class BenchCase(Message):
+    name: str
+    argv: list[ArgvItem]
+    repeats: int = 1
+
+
+@dataclass
+class ProfileSpec(Message):
+    steps: int
+    activities: list[str]
+    timeout: float
+    case: str
+    argv: list[ArgvItem]
+
+
+@dataclass
+class Requirements(Message):
+    backend: Optional[str] = None
+    attention_backend: Optional[str] = None
+    archs: Optional[list[str]] = None
+    arch: Optional[str] = None
+    gpus: int = 0
+
+
+@dataclass
+class PatchEntry(Message):
+    set: str
+    name: str
+    text: str
+
+
+@dataclass
+class FileEntry(Message):
+    set: str
+    path: str
+    mode: int
+    content_b64: str
+
+
+@dataclass
+class Timeouts(Message):
+    ready: float = 1200.0
+    no_progress: float = 600.0
+    bench: float = 1800.0
+    stop_grace: float = 30.0
+    fatal_grace: float = 1.0
+    gpu_release: float = 30.0
+
+
+@dataclass
+class Spec(Message):
+    """Everything the agent needs for one attempt (or a status/recover/apply-revert service call)."""
+
+    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {
+        "server": (ServerSpec, False), "bench": (BenchCase, True), "profile": (ProfileSpec, False),
+        "requirements": (Requirements, False), "patches": (PatchEntry, True), "files": (FileEntry, True),
+        "timeouts": (Timeouts, False)}
+
+    run_id: str
+    attempt_id: str
+    repo: str
+    server: ServerSpec
+    protocol: int = PROTOCOL
+    mode: str = Mode.ATTEMPT.value
+    harness_version: Optional[str] = None
+    experiment: Optional[str] = None
+    host_name: Optional[str] = None
+    workdir: Optional[str] = None
+    allow_dirty: list[str] = field(default_factory=list)
+    base_ref: Optional[str] = None
+    patches: list[PatchEntry] = field(default_factory=list)
+    files: list[FileEntry] = field(default_factory=list)
+    bench: list[BenchCase] = field(default_factory=list)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    fatal_patterns: list[str] = field(default_factory=list)
+    ready_pattern: str = r"The server is fired up and ready to roll!"
+    line_prefix_pattern: Optional[str] = None
+    heartbeat_timeout_s: Optional[float] = 20.0
+    alive_interval_s: float = 2.0
+    lock_wait_s: float = 0.0
+    deadline_s: Optional[float] = None
+    expect: str = "ok"
+    profile: Optional[ProfileSpec] = None
+    requirements: Requirements = field(default_factory=Requirements)
+
+    @classmethod
+    def decode(cls, data: Any) -> Spec:
+        """The spec as the agent receives it: the version is checked before anything else."""
+        if isinstance(data, dict) and data.get("protocol") != PROTOCOL:
+            raise ProtocolError("the controller speaks protocol %s, this agent %d: the controller ships its own "
+                                "agent, so this is a stale or foreign agent file" % (data.get("protocol"), PROTOCOL))
+        return cls.from_dict(data)
+
+
+# ============================================================================ events
+
+
+@dataclass
+class Event(Message):
+    KIND: ClassVar[str] = ""
+    t: float = field(default_factory=time.time)
+
+
+@dataclass
+class Hello(Event):
+    KIND: ClassVar[str] = "hello"
+    protocol: int = PROTOCOL
+    pid: int = 0
+    host_time: float = 0.0
+    python: str = ""
+    hostname: str = ""
+
+
+@dataclass
+class Alive(Event):
+    KIND: ClassVar[str] = "alive"
+
+
+@dataclass
+class Pong(Event):
+    KIND: ClassVar[str] = "pong"
+    echo: Any = None
+    host_time: float = 0.0
+
+
+@dataclass
+class StageChanged(Event):
+    KIND: ClassVar[str] = "stage"
+    stage: str = ""
+
+
+@dataclass
+class Recovering(Event):
+    KIND: ClassVar[str] = "recovering"
+    journal: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PreflightWarning(Event):
+    KIND: ClassVar[str] = "warning"
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Launched(Event):
+    KIND: ClassVar[str] = "launched"
+    pid: int = 0
+    log: str = ""
+
+
+@dataclass
+class Ready(Event):
+    KIND: ClassVar[str] = "ready"
+    ready_s: float = 0.0
+
+
+@dataclass
+class Crashed(Event):
+    KIND: ClassVar[str] = "crash"
+    exit_code: Optional[int] = None
+    died_at: Optional[float] = None  # host clock
+    since_death_s: Optional[float] = None
+    fatal_line: Optional[str] = None
+    log_tail: str = ""
+    stage: str = ""
+
+
+@dataclass
+class Hung(Event):
+    KIND: ClassVar[str] = "hung"
+    reason: str = ""
+    log_tail: str = ""
+
+
+@dataclass
+class BenchStarted(Event):
+    KIND: ClassVar[str] = "bench-start"
+    case: str = ""
+    repeat: int = 0
+
+
+@dataclass
+class BenchResult(Event):
+    KIND: ClassVar[str] = "bench-result"
+    case: str = ""
+    repeat: int = 0
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Final(Event):
+    """The agent's last word: how the attempt ended and everything it learned on the way."""
+
+    KIND: ClassVar[str] = "final"
+    status: str = Status.OK.value
+    error: Optional[str] = None
+    message: Optional[str] = None
+    timings: dict[str, float] = field(default_factory=dict)
+    attempt_dir: Optional[str] = None
+    abort_reason: Optional[str] = None
+    budget_exceeded: Optional[bool] = None
+    # preflight
+    base_commit: Optional[str] = None
+    server_version: Optional[str] = None
+    gpus: Optional[list[dict[str, Any]]] = None
+    arch: Optional[str] = None
+    attention_backend_choices: Optional[list[str]] = None
+    dirty: Optional[list[str]] = None
+    port: Optional[int] = None
+    port_in_use: Optional[int] = None
+    cannot_run: Optional[list[str]] = None
+    preflight_warnings: Optional[list[str]] = None
+    locked_by: Optional[dict[str, Any]] = None
+    recovered: Optional[dict[str, Any]] = None
+    # patch
+    changed_paths: Optional[dict[str, list[str]]] = None
+    compiled: Optional[list[str]] = None
+    compile_errors: Optional[list[str]] = None
+    # server
+    server_log: Optional[str] = None
+    server_pid: Optional[int] = None
+    server_exit: Optional[int] = None
+    died_at: Optional[float] = None
+    foreign_port: Optional[bool] = None
+    stack_dump: Optional[str] = None
+    stop: Optional[dict[str, Any]] = None
+    gpu_dirty: Optional[dict[str, int]] = None
+    # bench and profile
+    bench_files: Optional[dict[str, str]] = None
+    profile_files: Optional[list[str]] = None
+    profile_error: Optional[str] = None
+    # revert
+    revert: Optional[dict[str, Any]] = None
+    # status mode: what is going on in the target repo
+    repo: Optional[str] = None
+    exists: Optional[bool] = None
+    lock: Optional[dict[str, Any]] = None
+    journal: Optional[dict[str, Any]] = None
+    gpu_apps: Optional[dict[str, int]] = None
+    head: Optional[str] = None
+
+
+EVENTS: dict[str, type[Event]] = {c.KIND: c for c in (Hello, Alive, Pong, StageChanged, Recovering,
+                                                      PreflightWarning, Launched, Ready, Crashed, Hung,
+                                                      BenchStarted, BenchResult, Final)}
+
+
+def encode(event: Event) -> dict[str, Any]:
+    """The JSON object of an event: its fields plus `event` (the kind)."""
+    out = event.to_dict()
+    out["event"] = event.KIND
+    return out
+
+
+def decode(data: Any) -> Event:
+    """An event from a JSON object; an unknown kind or key is a ProtocolError."""
+    if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+        raise ProtocolError("not an agent event: %r" % (data,))
+    body = dict(data)
+    kind = body.pop("event")
+    cls = EVENTS.get(kind)
+    if cls is None:
+        raise ProtocolError("unknown agent event %r (protocol %d knows: %s)" % (kind, PROTOCOL, ", ".join(EVENTS)))
+    return cls.from_dict(body)

@@ -11,6 +11,7 @@ import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from .protocol import Status
 from .results import Record
 
 ALPHA = 0.05
@@ -44,13 +45,13 @@ class Row:
     run_id: str
     backend: str | None
     gpu: str | None
-    status: str
+    status: Status
     attempts: int
     ok: int
     category: str | None = None
     key_line: str | None = None
     top_op: str | None = None
-    provenance: dict = field(default_factory=dict)
+    provenance: dict[str, str | None] = field(default_factory=dict)
     cells: dict[str, Cell] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     is_baseline: bool = False
@@ -61,7 +62,7 @@ def lower_is_better(metric: str) -> bool:
 
 
 def gpu_of(rec: Record) -> str | None:
-    gpus = rec.provenance.get("gpu") or []
+    gpus = rec.provenance.gpu or []
     if gpus:
         return f"{gpus[0].get('name')} x{len(gpus)}"
     return None
@@ -95,15 +96,15 @@ def build_rows(records: list[Record], *, metric: str, baseline: str | None = Non
 
 def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record], metric: str,
          cases: list[str]) -> Row:
-    ok = [r for r in recs if r.status == "ok"]
+    ok = [r for r in recs if r.status == Status.OK]
     latest = recs[-1]
     if ok:
-        status = "ok"
+        status = Status.OK
     else:
         status = Counter(r.status for r in recs).most_common(1)[0][0]
     row = Row(label=label, experiment=exp, run_id=run_id, backend=latest.backend, gpu=gpu, status=status,
               attempts=len(recs), ok=len(ok), provenance=_provenance(ok[-1] if ok else latest))
-    failing = [r for r in recs if r.status == status] if status != "ok" else []
+    failing = [r for r in recs if r.status == status] if status != Status.OK else []
     if failing:
         f = failing[-1]
         row.category = f.verdict.category if f.verdict else None
@@ -115,11 +116,10 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
             row.key_line = f.error.strip().splitlines()[0]
     if ok and len(ok) < len(recs):
         row.notes.append(f"{len(recs) - len(ok)} of {len(recs)} attempts not ok")
-    tops = [((r.model_extra or {}).get("profile") or {}).get("top") for r in ok]
-    tops = [t for t in tops if t]
+    tops = [r.profile.top for r in ok if r.profile is not None and r.profile.top]
     if tops:
         first = tops[-1][0]
-        row.top_op = f"{first.get('name')} {first.get('share', 0) * 100:.0f}%"
+        row.top_op = f"{first.name} {first.share * 100:.0f}%"
     for case in cases:
         samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get("samples", {}).get(metric) or [])]
         row.cells[case] = _cell(samples)
@@ -131,10 +131,9 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
     return row
 
 
-def _provenance(rec: Record) -> dict:
+def _provenance(rec: Record) -> dict[str, str | None]:
     p = rec.provenance
-    return {"gpu": gpu_of(rec), "server_version": p.get("server_version"), "base_commit": p.get("base_commit"),
-            "host": rec.host}
+    return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host}
 
 
 def _cell(samples: list[float]) -> Cell:
@@ -149,8 +148,8 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
     if not rows:
         return
     candidates = [r for r in rows if baseline in (r.label, r.experiment)] if baseline else rows[:1]
-    if any(r.status == "ok" for r in candidates):  # a baseline that never ran measures nothing
-        candidates = [r for r in candidates if r.status == "ok"]
+    if any(r.status == Status.OK for r in candidates):  # a baseline that never ran measures nothing
+        candidates = [r for r in candidates if r.status == Status.OK]
     if not candidates:
         for r in rows:
             r.notes.append(f"baseline {baseline!r} not found")
@@ -164,12 +163,12 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
                      (b.gpu == row.gpu and b.run_id == row.run_id)), candidates[0])
         diffs = [k for k in ("gpu", "server_version", "base_commit")
                  if base.provenance.get(k) != row.provenance.get(k)]
-        if diffs and row is not base and row.status == "ok":
+        if diffs and row is not base and row.status == Status.OK:
             what = ", ".join(f"{k} {_short(row.provenance.get(k))} vs {_short(base.provenance.get(k))}" for k in diffs)
             row.notes.append(f"not comparable to the baseline: {what}")
         for case, cell in row.cells.items():
             bcell = base.cells.get(case)
-            if row is base or bcell is None or not cell.n or not bcell.n or not bcell.median:
+            if row is base or bcell is None or cell.median is None or not bcell.median:
                 continue
             cell.ratio = cell.median / bcell.median
             if diffs:
@@ -225,10 +224,10 @@ def ratio_text(cell: Cell, is_baseline: bool) -> str:
 
 
 def status_text(row: Row) -> str:
-    if row.status == "ok":
-        return "ok" if row.ok == row.attempts else f"ok ({row.ok}/{row.attempts})"
-    s = row.status
-    if row.category and row.category != row.status:
+    if row.status == Status.OK:
+        return Status.OK.value if row.ok == row.attempts else f"{Status.OK.value} ({row.ok}/{row.attempts})"
+    s = row.status.value
+    if row.category and row.category != row.status.value:
         s += f": {row.category}"
     return s
 
@@ -280,7 +279,8 @@ def to_csv(rows: list[Row]) -> str:
         head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
     w.writerow(head + ["top_op", "notes"])
     for r in rows:
-        line = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status, r.category, r.key_line, r.attempts, r.ok]
+        line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
+                              r.key_line, r.attempts, r.ok]
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
@@ -311,7 +311,7 @@ def plot(rows: list[Row], metric: str, path: str) -> None:
         for r in rows:
             cell = r.cells.get(case)
             labels.append(r.label)
-            if cell and cell.n:
+            if cell and cell.n and cell.median is not None:
                 meds.append(cell.median)
                 lo.append(cell.median - min(cell.samples))
                 hi.append(max(cell.samples) - cell.median)
@@ -319,7 +319,7 @@ def plot(rows: list[Row], metric: str, path: str) -> None:
                 meds.append(0.0)
                 lo.append(0.0)
                 hi.append(0.0)
-        colors = ["tab:gray" if r.is_baseline else ("tab:blue" if r.status == "ok" else "tab:red") for r in rows]
+        colors = ["tab:gray" if r.is_baseline else ("tab:blue" if r.status == Status.OK else "tab:red") for r in rows]
         ax.bar(range(len(rows)), meds, yerr=[lo, hi], color=colors, capsize=4)
         ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(metric)

@@ -1,5 +1,12 @@
-"""Results store: `results/<run-id>/<experiment>/<attempt>/record.json` beside the server log and the
-benchmark JSONL. Records are written atomically and never overwritten."""
+"""Results store: the one module that writes and reads run folders.
+
+    results/<run-id>/run.json                               the sweep's plan (`RunInfo`, schema `RUN_SCHEMA`)
+    results/<run-id>/<experiment>/<attempt>/record.json     one attempt (`Record`, schema `SCHEMA`)
+
+beside each record the server log and the benchmark JSONL. Files are written atomically; records are
+never overwritten. On read, a file of another schema or one that does not validate is a `ResultsError`
+naming the file and what to do — never a pydantic traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,37 +16,140 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ResultsError
+from .errors import ConfigError, ResultsError
+from .protocol import Status
 
-SCHEMA = 1
-STATUSES = ("ok", "crashed", "hung", "apply-failed", "preflight-failed", "bench-failed", "infra-error", "aborted")
-Status = Literal["ok", "crashed", "hung", "apply-failed", "preflight-failed", "bench-failed", "infra-error",
-                 "aborted"]
+SCHEMA = 1  # record.json
+RUN_SCHEMA = 1  # run.json
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
+# The statuses that are a result. An attempt whose latest records are all something else (the host could
+# not be used, the attempt was interrupted) runs again on resume — see `Record.is_final`.
+NOT_FINAL_STATUSES: frozenset[Status] = frozenset({Status.INFRA_ERROR, Status.ABORTED})
+FINAL_STATUSES: frozenset[Status] = frozenset(Status) - NOT_FINAL_STATUSES
 
-class VerdictInfo(BaseModel):
-    model_config = ConfigDict(extra="allow")
+
+class _Strict(BaseModel):
+    """Every key declared: an unknown one is an error, on write and on read."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# ============================================================================ record parts
+
+
+class VerdictInfo(_Strict):
+    """Why a crashed or hung server ended (harness.triage's verdict, or the hang timer's)."""
+
+    verdict: str | None = None  # ready | crash | incomplete (from triage; absent for a hang)
     category: str
     key_line: str | None = None
     phase: str | None = None
     hint: str | None = None
 
 
-class Revert(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class Revert(_Strict):
     verified: bool
     tree_before: str | None = None
     tree_after: str | None = None
+    diff: list[str] | None = None  # paths that differ when not verified
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class StopInfo(_Strict):
+    """How the server was stopped (or, in `recovered`, how a leftover one was)."""
+
+    state: str | None = None  # recovery: stopped | already-gone | never-launched | killed-marked
+    signal: str | None = None  # TERM | KILL | None (already gone)
+    stragglers: list[int] | None = None
+    left: list[int] | None = None
+    pids: list[int] | None = None
+    stop_s: float | None = None
+    gpu_dirty: dict[str, int] | None = None  # pid → MiB still held after the processes were gone
+
+
+class ServerInfo(_Strict):
+    argv: list[str | dict[str, str]]  # a dict is a slot the agent filled in on the host ({"slot": "port"})
+    env: dict[str, str] = {}  # secrets redacted
+    port: int | str | None = None
+    exit_code: int | None = None
+    stop: StopInfo | None = None
+
+
+class ChangedPaths(_Strict):
+    restore: list[str] = []  # tracked files the attempt changed (restored from the base commit)
+    delete: list[str] = []  # files the attempt created (deleted)
+
+
+class Recovered(_Strict):
+    """An interrupted attempt's leftovers that this attempt cleaned up first."""
+
+    journal: dict[str, Any]  # the agent's journal as it found it
+    stop: StopInfo
+    revert: Revert
+
+
+class KernelTime(_Strict):
+    name: str
+    gpu_us: float
+
+
+class ProfileOp(_Strict):
+    name: str
+    gpu_us: float
+    share: float
+    calls: int
+    kernels: list[KernelTime] = []
+
+
+class ProfileSummary(_Strict):
+    """The top operations by GPU time in the rank-0 trace (harness.profile's summary)."""
+
+    total_gpu_us: float
+    steps: int
+    top: list[ProfileOp]
+    kernels: int
+    per_step_us: float | None = None
+    trace: str | None = None  # relative to the attempt folder
+    files: list[str] = []
+
+
+class Provenance(_Strict):
+    base_commit: str | None = None
+    patch_sets: dict[str, str] = {}  # name → sha256 of its contents
+    harness_version: str | None = None
+    server_version: str | None = None
+    gpu: list[dict[str, Any]] | None = None  # nvidia-smi's GPUs (name, compute_cap, …)
+    arch: str | None = None
+    agent_python: str | None = None
+    hostname: str | None = None
+
+
+class SweepAttempt(_Strict):
+    """Where an attempt sits in a sweep: what the scheduler adds to its record."""
+
+    key: str
+    round: int
+    sweep: str
+    try_: int = Field(alias="try")
+
+
+# ============================================================================ the record
+
+# Written in every record, with their defaults when not given; every other field is written when it was
+# given (as it was before the record had a declared field for it).
+CORE_FIELDS = ("schema_", "run_id", "experiment", "attempt", "host", "backend", "status", "error", "verdict",
+               "timings", "detect_latency_s", "metrics", "provenance", "revert")
+
+
+class Record(_Strict):
+    """One attempt's `record.json` (schema `SCHEMA`; README "Records" lists the fields)."""
+
     schema_: int = Field(SCHEMA, alias="schema")
     run_id: str
     experiment: str
@@ -51,12 +161,86 @@ class Record(BaseModel):
     verdict: VerdictInfo | None = None
     timings: dict[str, float] = {}
     detect_latency_s: float | None = None
-    metrics: dict[str, dict[str, Any]] = {}
-    provenance: dict[str, Any] = {}
+    metrics: dict[str, dict[str, Any]] = {}  # per bench case: medians, `repeats`, and every repeat in `samples`
+    provenance: Provenance = Provenance()
     revert: Revert | None = None
+    # what the experiment expected, and what the server was
+    expect: str | None = None  # ok | crash | hang
+    expectation_met: bool | None = None
+    experiment_file: str | None = None
+    server: ServerInfo | None = None
+    changed_paths: ChangedPaths | None = None
+    recovered: Recovered | None = None
+    abort_reason: str | None = None
+    profile: ProfileSummary | None = None
+    # in sweeps
+    key: str | None = None
+    round: int | None = None
+    sweep: str | None = None
+    try_: int | None = Field(None, alias="try")
+    # facts the agent reported, present only when they apply
+    dirty: list[str] | None = None
+    locked_by: dict[str, Any] | None = None  # the lock holder's own note (another harness, maybe another version)
+    fetch_missing: list[str] | None = None
+    port_in_use: int | None = None
+    cannot_run: list[str] | None = None
+    preflight_warnings: list[str] | None = None
+    arch: str | None = None
+    budget_exceeded: bool | None = None
+    gpu_dirty: dict[str, int] | None = None
+    profile_error: str | None = None
+
+    def is_final(self) -> bool:
+        """A result: the attempt does not run again on resume. An aborted (or infra-error) attempt is not,
+        unless it was stopped for running past its budget."""
+        return self.status in FINAL_STATUSES or bool(self.budget_exceeded)
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(by_alias=True, exclude_none=False), indent=2, sort_keys=False) + "\n"
+        given = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        out: dict[str, Any] = {}
+        for name, info in type(self).model_fields.items():
+            key = info.alias or name
+            if key in given:
+                out[key] = given[key]
+            elif name in CORE_FIELDS:
+                value = getattr(self, name)
+                out[key] = (value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                            if isinstance(value, BaseModel) else value)
+        return json.dumps(out, indent=2) + "\n"
+
+
+# ============================================================================ run.json
+
+
+class PlannedEntry(_Strict):
+    key: str
+    experiment: str
+    round: int
+    order: int
+    backend: str | None = None
+    arch: str | None = None
+
+
+class RunInfo(_Strict):
+    """A sweep run's `run.json`: its plan, so a resume runs what has no final record."""
+
+    schema_: int = Field(RUN_SCHEMA, alias="schema")
+    run_id: str
+    sweep: str
+    sweep_file: str
+    created: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    baseline: str | None = None
+    hosts: list[str] = []
+    attempts: list[PlannedEntry] = []
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
+
+    def plan_keys(self) -> set[str]:
+        return {a.key for a in self.attempts}
+
+
+# ============================================================================ the store
 
 
 def new_run_id() -> str:
@@ -68,13 +252,34 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 class ResultsStore:
+    """`root/<run-id>/…`: every write and read of a run folder goes through here."""
+
     def __init__(self, root: Path):
         self.root = root
 
+    # ------------------------------------------------------------------ paths
+
+    def run_path(self, run_id: str) -> Path:
+        return self.root / run_id
+
     def run_dir(self, run_id: str) -> Path:
-        d = self.root / run_id
+        """The run's folder, created when missing."""
+        d = self.run_path(run_id)
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def has_run(self, run_id: str) -> bool:
+        return self.run_path(run_id).is_dir()
+
+    def run_ids(self) -> list[str]:
+        """Every run folder under the root, sweep or not (oldest first: ids start with the time)."""
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+
+    def sweep_run_ids(self) -> list[str]:
+        """The runs that have a run.json (sweeps)."""
+        return sorted(p.parent.name for p in self.root.glob("*/run.json")) if self.root.is_dir() else []
+
+    # ------------------------------------------------------------------ writing
 
     def new_attempt_dir(self, run_id: str, experiment: str, attempt: str | None = None) -> Path:
         """A fresh folder for one attempt; numbered 01, 02… when `attempt` is not given."""
@@ -100,6 +305,59 @@ class ResultsStore:
     def write_record(self, attempt_dir: Path, record: Record) -> Path:
         return write_exclusive(attempt_dir / "record.json", record.to_json())
 
+    def write_run(self, run: RunInfo) -> Path:
+        """The run's run.json. Resuming replaces it: the plan may have changed (an edited patch), and the
+        newest plan is the one whose keys count."""
+        path = self.run_dir(run.run_id) / "run.json"
+        if path.exists():
+            path.unlink()
+        return write_exclusive(path, run.to_json())
+
+    # ------------------------------------------------------------------ reading
+
+    def read_run(self, run_id: str) -> RunInfo:
+        """A sweep run's run.json; a ConfigError (with the known runs) when there is no such run."""
+        path = self.run_path(run_id) / "run.json"
+        if not path.is_file():
+            known = self.sweep_run_ids()
+            raise ConfigError(f"no run {run_id!r} in {self.root}",
+                              hint=("known runs: " + ", ".join(known)) if known else "no sweep runs there yet")
+        return load_run(path)
+
+    def find_run(self, run_id: str) -> RunInfo | None:
+        """The run's run.json, or None when the run has none (a single `harness run`)."""
+        path = self.run_path(run_id) / "run.json"
+        return load_run(path) if path.is_file() else None
+
+    def runs_of_sweep(self, sweep_file: Path) -> list[str]:
+        """The runs made from this sweep file."""
+        wanted = str(sweep_file.resolve())
+        return [r for r in self.sweep_run_ids() if self.read_run(r).sweep_file == wanted]
+
+    def record_paths(self, run_id: str) -> list[Path]:
+        return sorted(self.run_path(run_id).glob("*/*/record.json"))
+
+    def iter_records(self, run_id: str) -> Iterator[Record]:
+        """Every record of a run, in folder order (experiment, then attempt number)."""
+        for path in self.record_paths(run_id):
+            yield load_record(path)
+
+    def records_by_key(self, run_id: str) -> dict[str, list[Record]]:
+        """A sweep's records by attempt key (several when infrastructure failures were retried)."""
+        by_key: dict[str, list[Record]] = {}
+        for rec in self.iter_records(run_id):
+            if rec.key:
+                by_key.setdefault(rec.key, []).append(rec)
+        return by_key
+
+    def final_records(self, run_id: str) -> list[Record]:
+        """The run's results: final records of the run's current plan (a record keyed by an older plan —
+        an edited patch — is stale and left out)."""
+        run = self.find_run(run_id)
+        keys = run.plan_keys() if run is not None else None
+        return [rec for rec in self.iter_records(run_id)
+                if rec.is_final() and (keys is None or rec.key is None or rec.key in keys)]
+
 
 def write_exclusive(path: Path, text: str) -> Path:
     """Write `path` atomically, failing if it exists: temp file, fsync, hard link into place."""
@@ -124,5 +382,41 @@ def write_exclusive(path: Path, text: str) -> Path:
     return path
 
 
+# ============================================================================ reading one file
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
 def load_record(path: Path) -> Record:
-    return Record.model_validate_json(path.read_text(encoding="utf-8"))
+    """A record.json, checked: its schema must be `SCHEMA` and it must validate."""
+    return _load(path, Record, SCHEMA, "record")
+
+
+def load_run(path: Path) -> RunInfo:
+    """A run.json, checked: its schema must be `RUN_SCHEMA` and it must validate."""
+    return _load(path, RunInfo, RUN_SCHEMA, "run file")
+
+
+def _load(path: Path, model: type[_M], schema: int, what: str) -> _M:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultsError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ResultsError(f"{path}: not a {what} (not valid JSON: {exc})",
+                           hint="it was damaged or is not the harness's; move it out of the results folder") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: not a {what} (a JSON {type(data).__name__}, not an object)",
+                           hint="move it out of the results folder")
+    found = data.get("schema")
+    if found != schema:
+        raise ResultsError(f"{path}: {what} schema {found!r}; this harness reads schema {schema}",
+                           hint="read it with the harness version that wrote it, or move it out of the results "
+                                "folder")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors()[:5])
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise ResultsError(f"{path}: not a valid {what} of schema {schema}: {problems}{more}",
+                           hint="it was edited or damaged; fix or move it out of the results folder") from None

@@ -3,7 +3,6 @@ artifacts and write exactly one record — whatever happens, including Ctrl-C an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -12,25 +11,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import agent
 from .config import HostConfig
-from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, RemoteCommandError
+from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted
 from .masking import mask_files, mask_secrets, secret_values
+from .protocol import (
+    BenchResult,
+    Crashed,
+    Event,
+    Final,
+    Hello,
+    Hung,
+    Mode,
+    Pong,
+    PreflightWarning,
+    ProtocolError,
+    Recovering,
+    ServerSpec,
+    Spec,
+    StageChanged,
+    Timeouts,
+    decode,
+)
 from .recording import AgentReport, make_record
-from .results import Record, ResultsStore
-from .spec import Resolved, build_spec
+from .resolve import Resolved
+from .results import Record, ResultsStore, SweepAttempt
+from .shipping import ensure_agent
+from .spec import build_spec
 from .transport import RemoteProcess, Transport, connect
 from .triage import triage_text
-
-AGENT_SOURCE = Path(agent.__file__)
-PROBE = (
-    "import json,os,sys\n"
-    "w=os.path.abspath(os.path.expanduser(sys.argv[1]))\n"
-    "os.makedirs(w,exist_ok=True)\n"
-    "p=os.path.join(w,sys.argv[2])\n"
-    "print(json.dumps({'workdir':w,'agent':p,'present':os.path.exists(p),"
-    "'python':list(sys.version_info[:3])}))\n"
-)
 
 
 class Reporter(Protocol):
@@ -53,35 +61,10 @@ class AttemptOutcome:
     directory: Path
 
 
-def agent_name() -> str:
-    digest = hashlib.sha256(AGENT_SOURCE.read_bytes()).hexdigest()[:16]
-    return f"agent-{digest}.py"
-
-
-def ensure_agent(t: Transport, host: HostConfig) -> str:
-    """Upload the agent once per content (its name carries its hash); return its path on the host."""
-    name = agent_name()
-    try:
-        r = t.run([host.python, "-c", PROBE, host.workdir, name], timeout=60)
-    except RemoteCommandError as exc:
-        hint = f"set `python:` for this host in hosts.yaml (now {host.python!r})"
-        raise HostError(t.name, f"cannot run the host's Python {host.python!r} (exit {exc.remote_exit_code}): "
-                        f"{exc.output_tail.strip()[-500:]}", hint=hint) from None
-    try:
-        info = json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise HostError(t.name, f"unexpected answer from the host's Python: {r.stdout[-500:]!r}") from None
-    if tuple(info["python"]) < (3, 8):
-        raise HostError(t.name, f"the host's Python is {'.'.join(map(str, info['python']))}; the agent needs >= 3.8")
-    if not info["present"]:
-        t.put(AGENT_SOURCE, info["agent"])
-    return info["agent"]
-
-
 def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: ResultsStore, run_id: str, *,
                 reporter: Reporter | None = None, transport_factory: Callable[[str, HostConfig], Transport] = connect,
                 lock_wait_s: float = 0.0, cancel: threading.Event | None = None,
-                attempt_budget_s: float | None = None, record_extra: dict | None = None) -> AttemptOutcome:
+                attempt_budget_s: float | None = None, record_extra: SweepAttempt | None = None) -> AttemptOutcome:
     """One attempt, one record. `cancel` (set from another thread) aborts it like Ctrl-C does; the
     record then says `aborted` and `Interrupted` is raised after it is written."""
     reporter = reporter or SilentReporter()
@@ -90,7 +73,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     attempt = directory.name
     label = f"{exp.name}#{attempt}@{host_name}"
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=f"{exp.name}-{attempt}", lock_wait_s=lock_wait_s)
-    spec["deadline_s"] = attempt_budget_s
+    spec.deadline_s = attempt_budget_s
     t0 = time.monotonic()
     follow = AgentReport(cancel=cancel)
     host_error: HarnessError | None = None
@@ -105,7 +88,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
         if follow.final is None:
             follow.final = {"status": "aborted", "error": "interrupted before the attempt finished"}
     record = make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
-                          time.monotonic() - t0, record_extra or {})
+                          time.monotonic() - t0, record_extra)
     store.write_record(directory, record)
     outcome = AttemptOutcome(record, directory)
     if host_error is not None:
@@ -122,7 +105,7 @@ def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
     final report (`status` ok | apply-failed | preflight-failed | infra-error, `compiled`, `revert`)."""
     run_id = "patchcheck-" + time.strftime("%Y%m%d-%H%M%S")
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=resolved.name)
-    spec["mode"] = "apply-revert"
+    spec.mode = Mode.APPLY_REVERT.value
     follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), resolved.name)
     return follow.final or {"status": "infra-error", "error": "no final report"}
@@ -141,38 +124,38 @@ def recover_host(host_name: str, host: HostConfig, *,
     return _service(host_name, host, "recover", transport_factory)
 
 
-def _service(host_name: str, host: HostConfig, mode: str, transport_factory) -> dict:
-    spec = {"protocol": agent.PROTOCOL, "mode": mode, "run_id": "service-" + time.strftime("%Y%m%d-%H%M%S"),
-            "attempt_id": mode, "repo": host.repo, "workdir": host.workdir,
-            "server": {"argv": [host.python], "env": dict(host.env), "port": 0},
-            "timeouts": {"stop_grace": 30}, "heartbeat_timeout_s": 60}
+def _service(host_name: str, host: HostConfig, mode: str,
+             transport_factory: Callable[[str, HostConfig], Transport]) -> dict:
+    spec = Spec(run_id="service-" + time.strftime("%Y%m%d-%H%M%S"), attempt_id=mode, repo=host.repo, mode=mode,
+                workdir=host.workdir, server=ServerSpec(argv=[host.python], env=dict(host.env), port=0),
+                timeouts=Timeouts(stop_grace=30), heartbeat_timeout_s=60)
     follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), f"{mode}@{host_name}")
     return follow.final or {"status": "infra-error", "error": "no final report"}
 
 
 def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_name: str, host: HostConfig,
-               spec: dict, follow: AgentReport, reporter: Reporter, label: str, fetch_into: Path | None = None) -> None:
+               spec: Spec, follow: AgentReport, reporter: Reporter, label: str, fetch_into: Path | None = None) -> None:
     transport: Transport | None = None
     try:
         reporter.stage(label, "connect")
         transport = transport_factory(host_name, host)
         agent_path = ensure_agent(transport, host)
         proc = transport.start([host.python, agent_path])
-        spec["host_name"] = host_name
+        spec.host_name = host_name
         _follow_agent(proc, spec, follow, reporter, label, host.is_local, silence_s=max(6.0, 3 * host.keepalive))
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
-            mask_files(fetch_into, secret_values(spec))
+            mask_files(fetch_into, secret_values(spec.server.env))
     finally:
         if transport is not None:
             transport.close()
 
 
-def _follow_agent(proc: RemoteProcess, spec: dict, follow: AgentReport, reporter: Reporter, label: str,
+def _follow_agent(proc: RemoteProcess, spec: Spec, follow: AgentReport, reporter: Reporter, label: str,
                   is_local: bool, silence_s: float = 15.0) -> None:
     stop_heartbeat = threading.Event()
-    interval = max(0.5, (spec.get("heartbeat_timeout_s") or 60) / 10)
+    interval = max(0.5, (spec.heartbeat_timeout_s or 60) / 10)
     proc.set_read_timeout(silence_s)  # the agent says "alive" every 2 s: silence means the link is gone
 
     def heartbeat() -> None:
@@ -188,8 +171,8 @@ def _follow_agent(proc: RemoteProcess, spec: dict, follow: AgentReport, reporter
                 proc.write(b'{"cmd": "abort"}\n')
                 return
 
-    follow.secrets = secret_values(spec)
-    proc.write((json.dumps(spec) + "\n").encode())
+    follow.secrets = secret_values(spec.server.env)
+    proc.write((json.dumps(spec.to_dict()) + "\n").encode())
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     if follow.cancel is not None:
         threading.Thread(target=watch_cancel, name="cancel", daemon=True).start()
@@ -202,15 +185,20 @@ def _follow_agent(proc: RemoteProcess, spec: dict, follow: AgentReport, reporter
                 continue
             except TimeoutError:
                 proc.kill()
-                raise HostUnreachable(spec.get("host_name") or "host",
+                raise HostUnreachable(spec.host_name or "host",
                                       f"connection lost: no word from the agent for {silence_s:.0f} s (it stops the "
                                       f"server and reverts by itself when the link or heartbeat is gone)") from None
             if not line:
                 break
             try:
-                ev = json.loads(line)
+                data = json.loads(line)
             except ValueError:
-                continue
+                continue  # not ours (a login banner): the agent writes JSON lines only
+            try:
+                ev = decode(data)
+            except ProtocolError as exc:
+                proc.kill()
+                raise AgentProtocolError(f"the agent on the host speaks another protocol: {exc}") from None
             try:
                 if _on_event(ev, follow, proc, reporter, label, is_local):
                     break
@@ -235,35 +223,37 @@ def _interrupt(proc: RemoteProcess, follow: AgentReport, reporter: Reporter, lab
     proc.write(b'{"cmd": "abort"}\n')
 
 
-def _on_event(ev: dict, follow: AgentReport, proc: RemoteProcess, reporter: Reporter, label: str,
+def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Reporter, label: str,
               is_local: bool) -> bool:
-    kind = ev.get("event")
-    if kind == "hello":
-        follow.hello = ev
+    """Act on one event; True when it was the last (`Final`). Every kind of `protocol.EVENTS` is named."""
+    if isinstance(ev, Hello):
+        follow.hello = ev.to_dict()
         if not is_local:  # same clock when local; else measure the offset with one round trip
             follow.ping_sent = time.time()
             proc.write(b'{"cmd": "ping", "echo": 1}\n')
-    elif kind == "pong":
+    elif isinstance(ev, Pong):
         # NTP-style: the host read its clock about halfway through the round trip.
-        follow.clock_offset = ev["host_time"] - (follow.ping_sent + time.time()) / 2
-    elif kind == "stage":
-        reporter.stage(label, ev["stage"])
-    elif kind == "crash":
-        verdict = triage_text(mask_secrets(ev.get("log_tail") or "", follow.secrets), ev.get("exit_code"))
+        follow.clock_offset = ev.host_time - (follow.ping_sent + time.time()) / 2
+    elif isinstance(ev, StageChanged):
+        reporter.stage(label, ev.stage)
+    elif isinstance(ev, Crashed):
+        verdict = triage_text(mask_secrets(ev.log_tail or "", follow.secrets), ev.exit_code)
         follow.live_verdict = verdict.to_dict()
-        if ev.get("died_at") is not None:
-            follow.detect_latency_s = round(time.time() - (ev["died_at"] - follow.clock_offset), 4)
-        reporter.note(label, f"crashed ({verdict.category}): {verdict.key_line or ev.get('fatal_line') or ''}")
-    elif kind == "hung":
-        follow.hung_reason = ev.get("reason")
-        reporter.note(label, f"hung: {ev.get('reason')}")
-    elif kind == "bench-result":
-        follow.bench_rows.setdefault(ev["case"], []).append(ev["result"])
-    elif kind == "recovering":
+        if ev.died_at is not None:
+            follow.detect_latency_s = round(time.time() - (ev.died_at - follow.clock_offset), 4)
+        reporter.note(label, f"crashed ({verdict.category}): {verdict.key_line or ev.fatal_line or ''}")
+    elif isinstance(ev, Hung):
+        reporter.note(label, f"hung: {ev.reason}")
+    elif isinstance(ev, BenchResult):
+        follow.bench_rows.setdefault(ev.case, []).append(ev.result)
+    elif isinstance(ev, Recovering):
         reporter.note(label, "found the journal of an interrupted attempt; recovering first")
-    elif kind == "final":
-        follow.final = ev
+    elif isinstance(ev, PreflightWarning):
+        reporter.note(label, "runs although it cannot work here (expect: crash): " + "; ".join(ev.problems))
+    elif isinstance(ev, Final):
+        follow.final = ev.to_dict()
         return True
+    # Alive (a quiet agent), Launched, Ready and BenchStarted: known, nothing to do on this side.
     return False
 
 

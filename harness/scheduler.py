@@ -4,28 +4,22 @@ never retried, and `results/<run-id>/run.json` kept so an interrupted sweep resu
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from .config import HostConfig
-from .errors import AgentProtocolError, ConfigError, HostError, Interrupted
+from .errors import AgentProtocolError, HostError, Interrupted, ResultsError
 from .plan import Plan, PlannedAttempt
-from .results import Record, ResultsStore, load_record, write_exclusive
+from .protocol import Status
+from .results import PlannedEntry, Record, ResultsStore, RunInfo, SweepAttempt
 from .runner import Reporter, run_attempt
 from .transport import Transport, connect
 
-RUN_SCHEMA = 1
-# A record with one of these statuses is not a result: the attempt runs again on resume.
-NOT_FINAL = ("infra-error", "aborted")
 MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep
-
-
-def is_final(rec: Record) -> bool:
-    return rec.status not in NOT_FINAL or bool((rec.model_extra or {}).get("budget_exceeded"))
 
 
 def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
@@ -37,8 +31,8 @@ def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
     if exp.gpus_needed > host.gpus:
         return f"needs {exp.gpus_needed} GPUs, has {host.gpus}"
     backend = a.resolved.backend
-    if backend and backend.archs and host.arch and host.arch not in backend.archs and exp.expect != "crash":
-        return f"backend {backend.name} needs {'/'.join(backend.archs)}, host is {host.arch}"
+    if backend and not backend.fits_arch(host.arch) and exp.expect != "crash":
+        return f"backend {backend.name} needs {'/'.join(backend.archs or ())}, host is {host.arch}"
     return None
 
 
@@ -46,39 +40,12 @@ def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
 
 
 def write_run_file(store: ResultsStore, run_id: str, plan: Plan, hosts: dict[str, HostConfig]) -> Path:
-    doc = {
-        "schema": RUN_SCHEMA, "run_id": run_id, "sweep": plan.name, "sweep_file": str(plan.file.resolve()),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "baseline": plan.baseline, "hosts": sorted(hosts),
-        "attempts": [{"key": a.key, "experiment": a.name, "round": a.round, "order": a.order,
-                      "backend": a.resolved.backend_name, "arch": a.arch} for a in plan.attempts],
-    }
-    path = store.run_dir(run_id) / "run.json"
-    if path.exists():  # resuming: the plan may have changed (an edited patch): keep the newest plan
-        path.unlink()
-    return write_exclusive(path, json.dumps(doc, indent=1) + "\n")
-
-
-def read_run_file(results_dir: Path, run_id: str) -> dict:
-    path = results_dir / run_id / "run.json"
-    if not path.is_file():
-        known = sorted(p.parent.name for p in results_dir.glob("*/run.json")) if results_dir.is_dir() else []
-        raise ConfigError(f"no run {run_id!r} in {results_dir}",
-                          hint=("known runs: " + ", ".join(known)) if known else "no sweep runs there yet")
-    return json.loads(path.read_text())
-
-
-def existing_records(run_dir: Path) -> dict[str, list[Record]]:
-    """Records of a run by attempt key (several when infrastructure failures were retried)."""
-    by_key: dict[str, list[Record]] = {}
-    for path in sorted(run_dir.glob("*/*/record.json")):
-        try:
-            rec = load_record(path)
-        except (OSError, ValueError):
-            continue
-        key = (rec.model_extra or {}).get("key")
-        if key:
-            by_key.setdefault(key, []).append(rec)
-    return by_key
+    """The run's plan, so `--resume` runs what has no final record (replaced on resume: the newest plan counts)."""
+    return store.write_run(RunInfo(
+        run_id=run_id, sweep=plan.name, sweep_file=str(plan.file.resolve()), baseline=plan.baseline,
+        hosts=sorted(hosts),
+        attempts=[PlannedEntry(key=a.key, experiment=a.name, round=a.round, order=a.order,
+                               backend=a.resolved.backend_name, arch=a.arch) for a in plan.attempts]))
 
 
 # ============================================================================ the scheduler
@@ -93,7 +60,9 @@ class SweepOutcome:
     interrupted: bool = False
 
 
-class SweepReporter(Reporter):
+class SweepReporter(Reporter, Protocol):
+    """What a sweep tells its display (beside each attempt's stages and notes)."""
+
     def attempt_started(self, host: str, label: str) -> None: ...
 
     def attempt_finished(self, host: str, label: str, record: Record) -> None: ...
@@ -129,9 +98,9 @@ class Scheduler:
     # ------------------------------------------------------------------ public
 
     def run(self) -> SweepOutcome:
-        prior = existing_records(self.store.root / self.run_id)
+        prior = self.store.records_by_key(self.run_id)
         for a in self.plan.attempts:
-            if any(is_final(r) for r in prior.get(a.key, [])):
+            if any(r.is_final() for r in prior.get(a.key, [])):
                 self.outcome.skipped.append(a.key)
             else:
                 self._pending.append(a)
@@ -179,10 +148,10 @@ class Scheduler:
         directory = self.store.new_attempt_dir(self.run_id, a.name)
         why = "; ".join(f"{n}: {r}" for n, r in reasons.items())
         rec = Record(run_id=self.run_id, experiment=a.name, attempt=directory.name, host="-",
-                     backend=a.resolved.backend_name, status="preflight-failed",
+                     backend=a.resolved.backend_name, status=Status.PREFLIGHT_FAILED,
                      error=f"no host in the inventory can run it ({why})", key=a.key, round=a.round,
                      sweep=self.plan.name, expect=a.resolved.experiment.expect,
-                     expectation_met=False, cannot_run=list(r for r in reasons.values() if r))
+                     expectation_met=False, cannot_run=[r for r in reasons.values() if r])
         self.store.write_record(directory, rec)
         self.outcome.done.append(rec)
         self.reporter.attempt_finished("-", a.name, rec)
@@ -248,15 +217,15 @@ class Scheduler:
         self.reporter.attempt_started(host, label)
         self._tries[a.key] = self._tries.get(a.key, 0) + 1
         t0 = time.monotonic()
-        extra = {"key": a.key, "round": a.round, "sweep": self.plan.name, "try": self._tries[a.key]}
+        placement = SweepAttempt(key=a.key, round=a.round, sweep=self.plan.name, try_=self._tries[a.key])
         record: Record | None = None
         infra = False
         try:
             outcome = run_attempt(a.resolved, host, self.hosts[host], self.store, self.run_id, reporter=self.reporter,
                                   transport_factory=self.transport_factory, cancel=self.cancel,
-                                  attempt_budget_s=self.plan.budget.attempt, record_extra=extra)
+                                  attempt_budget_s=self.plan.budget.attempt, record_extra=placement)
             record = outcome.record
-            infra = record.status == "infra-error"
+            infra = record.status == Status.INFRA_ERROR
         except (HostError, AgentProtocolError):
             infra = True
             record = self._latest_record(a)
@@ -281,13 +250,16 @@ class Scheduler:
             self.reporter.attempt_finished(host, label, record)
 
     def _latest_record(self, a: PlannedAttempt) -> Record | None:
-        recs = existing_records(self.store.root / self.run_id).get(a.key, [])
+        try:
+            recs = self.store.records_by_key(self.run_id).get(a.key, [])
+        except ResultsError:  # in a worker thread: the caller goes on without it (the sweep's own records)
+            return None
         return recs[-1] if recs else None
 
     def _report_totals(self) -> None:
         with self._cv:
             done = len(self.outcome.done) + len(self.outcome.skipped)
-            failed = sum(1 for r in self.outcome.done if r.status != "ok")
+            failed = sum(1 for r in self.outcome.done if r.status != Status.OK)
             left = len(self._pending) + len(self._running)
             workers = max(1, len(self._worker_hosts()))
             eta = (sum(self._durations) / len(self._durations)) * left / workers if self._durations else None

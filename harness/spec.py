@@ -1,108 +1,25 @@
-"""Resolve an experiment (backend, patch sets) and build the attempt spec the agent runs (pure)."""
+"""The attempt spec: the one JSON document the agent runs an attempt from (pure).
+
+Built from a resolved experiment (resolve.py) and the host's settings; the command lines in it come
+from commands.py, the log patterns the agent watches from triage.py. Nothing is read or run here.
+"""
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
-from . import __version__, agent
-from .backends import REGISTRY, Backend
-from .bench import bench_serving_argv
+from . import __version__
+from .commands import bench_serving_argv, profile_argv, profile_case, server_argv
 from .config import Experiment, HostConfig
-from .errors import ConfigError
-from .patchsets import PatchSet, load_patch_set
+from .patchsets import PatchSet
+from .protocol import BenchCase, FileEntry, PatchEntry, ProfileSpec, Requirements, ServerSpec, Spec, Timeouts
+from .resolve import Resolved
 from .triage import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
-from .yamlsrc import load_yaml
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """An experiment with its backend looked up and its patch sets read: everything an attempt needs."""
-
-    experiment: Experiment
-    file: Path
-    backend: Backend | None
-    patch_sets: tuple[PatchSet, ...]
-
-    @property
-    def name(self) -> str:
-        return self.experiment.name
-
-    @property
-    def backend_name(self) -> str | None:
-        if self.backend:
-            return self.backend.name
-        return self.experiment.server.attention_backend
-
-
-def resolve(exp: Experiment, file: Path, patches_dir: Path) -> Resolved:
-    doc = load_yaml(file) if file.exists() else None
-
-    def line(*path):
-        return doc.line_of(path) if doc else None
-
-    backend = None
-    if exp.backend is not None:
-        backend = REGISTRY.get(exp.backend)
-        if backend is None:
-            import difflib
-
-            close = difflib.get_close_matches(exp.backend, list(REGISTRY), n=1)
-            raise ConfigError(f"unknown backend {exp.backend!r}", file=file, line=line("backend"),
-                              hint=(f"did you mean {close[0]!r}? " if close else "")
-                              + "known backends: " + ", ".join(REGISTRY))
-        if exp.server.attention_backend is not None:
-            raise ConfigError("give either `backend:` or `server.attention_backend:`, not both", file=file,
-                              line=line("server", "attention_backend"))
-    backend_sets: tuple[str, ...] = backend.patch_sets if backend else ()
-    if backend and backend.name in exp.backend_patches:
-        backend_sets = exp.backend_patches[backend.name]
-    names: list[tuple[str, int | None]] = [(n, line("backend")) for n in backend_sets]
-    names += [(n, line("patches", i)) for i, n in enumerate(exp.patches)]
-    seen: set[str] = set()
-    sets = []
-    for name, ln in names:
-        if name in seen:
-            continue
-        seen.add(name)
-        sets.append(load_patch_set(patches_dir, name, referenced_from=file, line=ln))
-    return Resolved(exp, file, backend, tuple(sets))
-
-
-# An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
-# never come out of a YAML string, so it cannot be forged by one.
-PORT_SLOT = {"slot": "port"}
-
-
-def port_arg(port: int | str) -> str | dict:
-    return PORT_SLOT if port == "auto" else str(port)
-
-
-def server_argv(python: str, r: Resolved) -> list:
-    exp, srv = r.experiment, r.experiment.server
-    argv = [python, "-m", "sglang.launch_server", "--model-path", exp.model.path, "--host", srv.host,
-            "--port", port_arg(srv.port), "--tp-size", str(srv.tp)]
-    valued = (("--dp-size", srv.dp), ("--kv-cache-dtype", srv.kv_cache_dtype),
-              ("--mem-fraction-static", srv.mem_fraction_static), ("--cuda-graph-max-bs", srv.cuda_graph_max_bs),
-              ("--page-size", srv.page_size), ("--context-length", srv.context_length),
-              ("--chunked-prefill-size", srv.chunked_prefill_size),
-              ("--max-running-requests", srv.max_running_requests),
-              ("--tokenizer-path", exp.model.tokenizer), ("--served-model-name", exp.model.served_name),
-              ("--attention-backend", srv.attention_backend))
-    for flag, value in valued:
-        if value is not None:
-            argv += [flag, str(value)]
-    if srv.disable_cuda_graph:
-        argv.append("--disable-cuda-graph")
-    if srv.trust_remote_code:
-        argv.append("--trust-remote-code")
-    if r.backend is not None:
-        argv += r.backend.server_args()
-    return argv + list(srv.extra_args)
-
-
-def patch_entries(sets: tuple[PatchSet, ...]) -> tuple[list[dict], list[dict]]:
+def patch_entries(sets: tuple[PatchSet, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The patch sets as spec entries: patch texts inline, new files base64-encoded."""
     patches = [{"set": s.name, "name": p.name, "text": p.text} for s in sets for p in s.patches]
     files = [{"set": s.name, "path": f.path, "mode": f.mode, "content_b64": base64.b64encode(f.content).decode()}
              for s in sets for f in s.files]
@@ -110,52 +27,46 @@ def patch_entries(sets: tuple[PatchSet, ...]) -> tuple[list[dict], list[dict]]:
 
 
 def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
-               lock_wait_s: float = 0.0) -> dict:
+               lock_wait_s: float = 0.0) -> Spec:
     exp = r.experiment
     patches, files = patch_entries(r.patch_sets)
-    env = {**host.env, **exp.server.env}
-    return {
-        "protocol": agent.PROTOCOL,
-        "mode": "attempt",
-        "harness_version": __version__,
-        "run_id": run_id,
-        "attempt_id": attempt_id,
-        "experiment": exp.name,
-        "repo": host.repo,
-        "workdir": host.workdir,
-        "allow_dirty": list(host.allow_dirty) + list(exp.allow_dirty),
-        "base_ref": exp.base_ref,
-        "patches": patches,
-        "files": files,
-        "server": {"argv": server_argv(host.python, r), "env": env, "host": exp.server.host,
-                   "port": exp.server.port},
-        "bench": [{"name": c.name, "argv": bench_serving_argv(host.python, exp, c), "repeats": exp.repeats}
-                  for c in exp.bench],
-        "timeouts": exp.timeouts.model_dump(),
-        "fatal_patterns": list(FATAL_PATTERNS),
-        "ready_pattern": READY_PATTERN,
-        "line_prefix_pattern": LINE_PREFIX_PATTERN,
-        "heartbeat_timeout_s": host.heartbeat_timeout,
-        "alive_interval_s": 2.0,
-        "lock_wait_s": lock_wait_s,
-        "expect": exp.expect,
-        "profile": _profile_spec(host.python, exp),
-        "requirements": {
-            "backend": r.backend_name,
-            "attention_backend": r.backend.attention_backend if r.backend else exp.server.attention_backend,
-            "archs": list(r.backend.archs) if r.backend and r.backend.archs else None,
-            "arch": host.arch,
-            "gpus": exp.gpus_needed,
-        },
-    }
+    profile = _profile_spec(host.python, exp)
+    return Spec(
+        run_id=run_id,
+        attempt_id=attempt_id,
+        repo=host.repo,
+        harness_version=__version__,
+        experiment=exp.name,
+        workdir=host.workdir,
+        allow_dirty=list(host.allow_dirty) + list(exp.allow_dirty),
+        base_ref=exp.base_ref,
+        patches=[PatchEntry(**p) for p in patches],
+        files=[FileEntry(**f) for f in files],
+        server=ServerSpec(argv=server_argv(host.python, r), env={**host.env, **exp.server.env},
+                          host=exp.server.host, port=exp.server.port),
+        bench=[BenchCase(name=c.name, argv=bench_serving_argv(host.python, exp, c), repeats=exp.repeats)
+               for c in exp.bench],
+        timeouts=Timeouts(**exp.timeouts.model_dump()),
+        fatal_patterns=list(FATAL_PATTERNS),
+        ready_pattern=READY_PATTERN,
+        line_prefix_pattern=LINE_PREFIX_PATTERN,
+        heartbeat_timeout_s=host.heartbeat_timeout,
+        lock_wait_s=lock_wait_s,
+        expect=exp.expect,
+        profile=ProfileSpec(**profile) if profile else None,
+        requirements=Requirements(
+            backend=r.backend_name,
+            attention_backend=r.backend.attention_backend if r.backend else exp.server.attention_backend,
+            archs=list(r.backend.archs) if r.backend and r.backend.archs else None,
+            arch=host.arch,
+            gpus=exp.gpus_needed,
+        ),
+    )
 
 
-def _profile_spec(python: str, exp: Experiment) -> dict | None:
+def _profile_spec(python: str, exp: Experiment) -> dict[str, Any] | None:
     p = exp.profile
     if p is None:
         return None
-    case = next(c for c in exp.bench if c.name == (p.case or exp.bench[0].name))
-    if p.num_prompts is not None:
-        case = case.model_copy(update={"num_prompts": p.num_prompts})
-    return {"steps": p.steps, "activities": list(p.activities), "timeout": p.timeout, "case": case.name,
-            "argv": bench_serving_argv(python, exp, case)}
+    return {"steps": p.steps, "activities": list(p.activities), "timeout": p.timeout, "case": profile_case(exp).name,
+            "argv": profile_argv(python, exp)}

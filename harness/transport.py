@@ -109,23 +109,25 @@ class _LocalProcess(RemoteProcess):
         # cleanly, instead of killing the agent mid-revert.
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   start_new_session=True)
+        assert self.p.stdin and self.p.stdout and self.p.stderr  # all three are pipes
+        self.stdin, self.stdout = self.p.stdin, self.p.stdout
         self._drain_stderr(self.p.stderr)
 
     def write(self, data: bytes) -> None:
         try:
-            self.p.stdin.write(data)
-            self.p.stdin.flush()
+            self.stdin.write(data)
+            self.stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
 
     def close_stdin(self) -> None:
         try:
-            self.p.stdin.close()
+            self.stdin.close()
         except (BrokenPipeError, ValueError):
             pass
 
     def readline(self) -> bytes:
-        return self.p.stdout.readline()
+        return self.stdout.readline()
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:

@@ -22,9 +22,10 @@ parsed; the state is the best match, the phase and a few flags.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 CATEGORIES = (
     "ready", "oom", "illegal-memory-access", "jit-compile-error", "unsupported-arch", "nccl-error",
@@ -255,7 +256,7 @@ class Verdict:
     phase: str
     hint: str | None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -319,11 +320,6 @@ class Triage:
     def feed(self, raw_line: str) -> None:
         if any(a in raw_line for a in self._anchors()):
             self._line(raw_line)
-
-    def feed_all(self, lines: Iterable[str]) -> Triage:
-        for line in lines:
-            self.feed(line)
-        return self
 
     def finish(self) -> Triage:
         if self._partial:
@@ -389,10 +385,6 @@ def triage_text(text: str, exit_code: int | None = None) -> Verdict:
     t = Triage()
     t.feed_text(text if text.endswith("\n") else text + "\n")
     return t.verdict(exit_code)
-
-
-def triage_lines(lines: Iterable[str], exit_code: int | None = None) -> Verdict:
-    return Triage().feed_all(lines).verdict(exit_code)
 
 
 def iter_file_chunks(path: Path, chunk: int = 4 << 20) -> Iterator[str]:

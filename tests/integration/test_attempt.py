@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from harness.config import load_experiment
+from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
-from harness.spec import resolve
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def test_stock_run_benchmarks_and_leaves_tree_identical(tmp_path, host, sim_targ
         assert rows[-1]["output_throughput"] == m["output_throughput"]  # parsed from SGLang's JSONL
     assert rec.metrics["conc4"]["output_throughput"] > rec.metrics["decode-bs1"]["output_throughput"]
     assert "The server is fired up and ready to roll!" in (d / "server.log").read_text()
-    assert rec.provenance["server_version"] == "0.5.23" and rec.provenance["base_commit"]
+    assert rec.provenance.server_version == "0.5.23" and rec.provenance.base_commit
     assert rec.timings["ready_s"] > 0 and rec.timings["bench_s"] > 0
     assert_host_as_found(sim_target.repo, before, run_id, rec)
 
@@ -69,10 +69,10 @@ def test_fp8_static_assert_crash_is_reported_fast(tmp_path, host, sim_target, po
     assert rec.verdict.category == "jit-compile-error"
     assert 'static_assert(sizeof(DType) == 2' in rec.verdict.key_line or \
         "static assertion failed" in rec.verdict.key_line
-    assert rec.server["exit_code"] in (137, -9)
+    assert rec.server is not None and rec.server.exit_code in (137, -9)
     assert rec.detect_latency_s is not None and rec.detect_latency_s < 1.0
     assert rec.timings["wait_s"] < 20, "the verdict must come long before the 120 s ready timeout"
-    assert rec.model_extra["expectation_met"] is True
+    assert rec.expectation_met is True
     log = (d / "server.log").read_text()
     assert "Received sigquit from a child proc" in log
     assert_host_as_found(sim_target.repo, before, run_id, rec)
@@ -86,7 +86,8 @@ def test_hang_is_hung_at_ready_timeout_and_server_killed(tmp_path, host, sim_tar
     assert rec.status == "hung"
     assert rec.verdict.category == "hung"
     assert 3.5 <= rec.timings["wait_s"] < 15  # the 4 s ready timeout, measured from launch
-    assert rec.server["stop"]["signal"] in ("TERM", "KILL") and rec.server["stop"]["left"] == []
+    assert rec.server is not None and rec.server.stop is not None
+    assert rec.server.stop.signal in ("TERM", "KILL") and rec.server.stop.left == []
     assert_host_as_found(sim_target.repo, before, run_id, rec)
 
 
@@ -120,7 +121,7 @@ def test_dirty_tree_is_refused_listing_the_files(tmp_path, host, sim_target, por
     f = write_experiment(tmp_path, "stock", port, backend="flashinfer-mla")
     rec, d, run_id = attempt(tmp_path, host, f)
     assert rec.status == "preflight-failed"
-    assert sorted(rec.model_extra["dirty"]) == ["notes.txt", "python/sglang/srt/server_args.py"]
+    assert sorted(rec.dirty) == ["notes.txt", "python/sglang/srt/server_args.py"]
     assert "not clean" in rec.error and "notes.txt" in rec.error
     assert tree_snapshot(sim_target.repo) == before
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from harness.config import HostConfig, load_experiment
+from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
 from harness.sim import init_target
-from harness.spec import resolve
 from tests.conftest import PATCHES, tree_snapshot, write_experiment
 
 pytestmark = pytest.mark.integration
@@ -35,16 +35,16 @@ def test_cutlass_mla_refused_on_sglang_0523_and_hopper(tmp_path, sim_target, por
     assert rec.status == "preflight-failed"
     assert "does not accept --attention-backend cutlass_mla" in rec.error
     assert "needs sm100/sm103" in rec.error and "sm90" in rec.error and "NVIDIA H200" in rec.error
-    assert rec.provenance["arch"] == "sm90"  # detected through nvidia-smi
+    assert rec.provenance.arch == "sm90"  # detected through nvidia-smi
     assert tree_snapshot(sim_target.repo) == before
 
 
 def test_expect_crash_runs_anyway_and_records_whether_it_happened(tmp_path, sim_target, port):
     rec = run(tmp_path, host_for(sim_target, tmp_path),
               write_experiment(tmp_path, "cutlass", port, backend="cutlass_mla", expect="crash"))
-    assert rec.status == "crashed" and rec.model_extra["expectation_met"] is True
+    assert rec.status == "crashed" and rec.expectation_met is True
     assert rec.verdict.category == "config-error" and "invalid choice" in rec.verdict.key_line
-    assert any("cutlass_mla" in w for w in rec.model_extra["preflight_warnings"])
+    assert any("cutlass_mla" in w for w in rec.preflight_warnings)
 
 
 def test_trtllm_mla_refused_on_hopper_by_arch(tmp_path, sim_target, port):

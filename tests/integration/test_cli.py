@@ -73,6 +73,33 @@ def test_missing_patch_file_and_unknown_host_exit_2(tmp_path):
     assert p.returncode == 2 and "unknown host 'bxo'" in p.stderr and "did you mean 'box'" in p.stderr
 
 
+def test_compare_refuses_a_run_file_or_record_of_another_schema_clearly(tmp_path):
+    from harness.results import PlannedEntry, Record, ResultsStore, RunInfo
+
+    store = ResultsStore(tmp_path / "results")
+    store.write_run(RunInfo(run_id="r1", sweep="s", sweep_file=str(tmp_path / "s.yaml"),
+                            attempts=[PlannedEntry(key="k", experiment="e", round=1, order=0)]))
+    rec = Record(run_id="r1", experiment="e", attempt="01", host="h", status="ok", key="k")
+    store.write_record(store.new_attempt_dir("r1", "e"), rec)
+    p = harness("compare", "r1", "--format", "json", "--results-dir", str(store.root), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [r["status"] for r in json.loads(p.stdout)["rows"]] == ["ok"]
+
+    run_file = store.root / "r1" / "run.json"
+    run_file.write_text(run_file.read_text().replace('"schema": 1', '"schema": 2'))
+    p = harness("compare", "r1", "--results-dir", str(store.root), cwd=tmp_path)
+    assert p.returncode == 1 and f"{run_file}: run file schema 2; this harness reads schema 1" in p.stderr
+    assert "hint:" in p.stderr and "Traceback" not in p.stderr
+    run_file.unlink()
+
+    record_file = store.root / "r1" / "e" / "01" / "record.json"
+    record_file.chmod(0o644)
+    record_file.write_text(record_file.read_text().replace('"status": "ok"', '"status": "fine"'))
+    p = harness("compare", "r1", "--results-dir", str(store.root), cwd=tmp_path)
+    assert p.returncode == 1 and f"{record_file}: not a valid record of schema 1: status" in p.stderr
+    assert "Traceback" not in p.stderr and "pydantic" not in p.stderr
+
+
 def test_unreachable_host_exit_3_and_record_says_infra_error(tmp_path, sim_target):
     f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
     hosts_file(tmp_path, {"address": "127.0.0.1", "port": free_port(), "user": "root",

@@ -22,11 +22,11 @@ import yaml
 
 from harness.config import HostConfig, load_experiment
 from harness.plan import plan_sweep
+from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import host_status, recover_host, run_attempt
-from harness.scheduler import Scheduler, existing_records, write_run_file
+from harness.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
-from harness.spec import resolve
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 from tests.support import netns
 from tests.support.sshd import SSHServer, free_port
@@ -162,7 +162,7 @@ def test_connection_cut_mid_benchmark_then_retried_once_when_the_link_returns(tm
                 ns.link(True)
 
     Scheduler(plan, hosts, store, run_id, reporter=Cutter("bench", None), infra_cooldown_s=1.0).run()
-    recs = existing_records(store.root / run_id)[plan.attempts[0].key]
+    recs = store.records_by_key(run_id)[plan.attempts[0].key]
     assert [r.status for r in recs] == ["infra-error", "ok"], "marked infra-error, then retried once, and it worked"
     detect = marks["infra"] - marks["cut"]
     assert detect <= 30, f"connection loss noticed after {detect:.1f} s"
@@ -221,9 +221,10 @@ def test_agent_sigkilled_journal_recovered(tmp_path, sim_target, how):
         f2 = write_experiment(tmp_path, "next", free_port(), backend="flashinfer-mla")
         rec = attempt(tmp_path, local(sim_target, tmp_path), f2)
         assert rec.status == "ok"
-        rec_info = rec.model_extra["recovered"]
-        assert rec_info["journal"]["attempt_id"] == journal["attempt_id"]
-        assert rec_info["stop"]["state"] == "stopped" and rec_info["revert"]["verified"]
+        rec_info = rec.recovered
+        assert rec_info is not None
+        assert rec_info.journal["attempt_id"] == journal["attempt_id"]
+        assert rec_info.stop.state == "stopped" and rec_info.revert.verified
     elapsed = time.monotonic() - t_kill
     assert clean(sim_target, before, journal["run_id"])
     figure(f"agent SIGKILLed mid-benchmark, recovered by {how.replace('-', ' ')}", survived=True,
@@ -298,7 +299,7 @@ def test_foreign_process_on_the_port_refused_or_avoided_with_port_auto(tmp_path,
         f = write_experiment(tmp_path, "auto", "auto", backend="flashinfer-mla",
                              bench=[{"name": "b", "num_prompts": 2, "input_len": 8, "output_len": 8}])
         rec = attempt(tmp_path, local(sim_target, tmp_path), f)
-        assert rec.status == "ok" and rec.model_extra["server"]["port"] != port
+        assert rec.status == "ok" and rec.server is not None and rec.server.port != port
     finally:
         s.close()
     figure("foreign process on the server's port", survived=True, time_to_clean_s=0.0, lost=0,
@@ -317,8 +318,9 @@ def test_server_ignoring_sigterm_is_killed_and_gpu_release_awaited(tmp_path, sim
     t0 = time.monotonic()
     rec = attempt(tmp_path, local(sim_target, tmp_path), f)
     assert rec.status == "ok"
-    stop = rec.model_extra["server"]["stop"]
-    assert stop["signal"] == "KILL" and stop["left"] == [] and "gpu_dirty" not in stop
+    assert rec.server is not None and rec.server.stop is not None
+    stop = rec.server.stop
+    assert stop.signal == "KILL" and stop.left == [] and stop.gpu_dirty is None
     assert 1.5 <= rec.timings["stop_s"] < 10
     assert clean(sim_target, before, rec.run_id)
     apps = subprocess.run([str(sim_target.python.parent / "nvidia-smi"), "--query-compute-apps=pid,used_memory",
@@ -333,9 +335,10 @@ def test_gpu_memory_that_stays_held_is_recorded_as_gpu_dirty(tmp_path, sim_targe
                          server={"env": {"SGLANG_SIM_LEAK_GPU_MEMORY": "1"}},
                          timeouts={"gpu_release": 1.0})
     rec = attempt(tmp_path, local(sim_target, tmp_path), f)
-    dirty = rec.model_extra["gpu_dirty"]
+    dirty = rec.gpu_dirty
     assert dirty and all(int(mib) > 0 for mib in dirty.values())
-    assert rec.model_extra["server"]["stop"]["left"] == []  # the processes are gone; the memory is not
+    assert rec.server is not None and rec.server.stop is not None
+    assert rec.server.stop.left == []  # the processes are gone; the memory is not
     figure("GPU memory stays held after the server is gone", survived=True, time_to_clean_s=None, lost=0,
            note="recorded as gpu_dirty with the pids and MiB still held")
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from harness.config import HostConfig, load_experiment
+from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
-from harness.spec import resolve
 from tests.conftest import PATCHES, write_experiment
 
 pytestmark = pytest.mark.integration
@@ -33,17 +33,18 @@ def test_profile_names_the_op_that_eats_the_step(tmp_path, sim_target, port, bac
                          server={"tp": 2})
     rec, d = run(tmp_path, sim_target, f)
     assert rec.status == "ok", rec.error
-    prof = rec.model_extra["profile"]
-    assert sorted(p.split("/")[-1].split("-TP-")[1] for p in prof["files"]) == ["0.trace.json.gz",
+    prof = rec.profile
+    assert prof is not None
+    assert sorted(p.split("/")[-1].split("-TP-")[1] for p in prof.files) == ["0.trace.json.gz",
                                                                                   "1.trace.json.gz"]
-    assert (d / prof["trace"]).is_file()
-    top = prof["top"][0]
+    assert (d / prof.trace).is_file()
+    top = prof.top[0]
     if top_is_copy:
-        assert top["name"] == "aten::copy_" and top["share"] > 0.3
+        assert top.name == "aten::copy_" and top.share > 0.3
     else:
-        assert top["name"] != "aten::copy_"
-        assert all(o["name"] != "aten::copy_" or o["share"] < 0.05 for o in prof["top"])
-    assert prof["steps"] >= 3
+        assert top.name != "aten::copy_"
+        assert all(o.name != "aten::copy_" or o.share < 0.05 for o in prof.top)
+    assert prof.steps >= 3
 
 
 @pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed (pip install py-spy)")

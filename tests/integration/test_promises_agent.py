@@ -28,19 +28,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import agent as agent_module
 from harness.config import HostConfig, load_experiment
+from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
+from harness.shipping import agent_zipapp
 from harness.sim import init_target
-from harness.spec import build_spec, resolve
+from harness.spec import build_spec
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 from tests.support.sshd import free_port
 
 pytestmark = pytest.mark.integration
 
 HARNESS = [sys.executable, "-m", "harness"]
-AGENT = Path(agent_module.__file__)
 LAUNCH_SERVER = "python/sglang/launch_server.py"
 HTTP_SERVER = "python/sglang/srt/entrypoints/http_server.py"
 BENCH_SERVING = "python/sglang/bench_serving.py"
@@ -224,12 +224,13 @@ def test_awkward_patch_set_serves_and_leaves_tree_identical_directories_included
     rec, _, run_id = attempt(tmp_path, host, f, patches)
     assert rec.status == "ok", rec.error
     assert rec.metrics["small"]["completed"] == 3
-    changed = rec.model_extra["changed_paths"]  # the attempt did apply all of it
+    changed = rec.changed_paths  # the attempt did apply all of it
+    assert changed is not None
     assert {f"{ATTENTION}/cutedsl_mla_backend.py", f"{ATTENTION}/flashmla_backend.py",
             f"{ATTENTION}/triton_backend.py", f"{ATTENTION}/flashattention_backend.py",
-            f"{ATTENTION}/torch_native_backend.py"} <= set(changed["restore"])
+            f"{ATTENTION}/torch_native_backend.py"} <= set(changed.restore)
     assert {"a/b/c/new.py", f"{ATTENTION}/flashmla/backend.py", "tools/extra/whole.py",
-            f"{ATTENTION}/fa/v3/flashattention_backend.py"} <= set(changed["delete"])
+            f"{ATTENTION}/fa/v3/flashattention_backend.py"} <= set(changed.delete)
     after = tree_snapshot(sim_target.repo)
     assert after == before, f"left behind or changed: {sorted(changed_entries(before, after))}"
     assert marked_processes(run_id) == []
@@ -319,16 +320,19 @@ def test_agent_stdin_eof_aborts_stops_server_and_reverts_with_no_heartbeat_timeo
     run_id = new_run_id()
     # Built as run_attempt builds it, but with no heartbeat timeout and no budget: only EOF can abort it.
     spec = build_spec(resolve(load_experiment(f), f, PATCHES), cfg, run_id=run_id, attempt_id="orphaned-01")
-    spec["host_name"] = name
-    spec["heartbeat_timeout_s"] = None
-    assert spec["heartbeat_timeout_s"] is None and not spec.get("deadline_s")
+    spec.host_name = name
+    spec.heartbeat_timeout_s = None
+    assert spec.heartbeat_timeout_s is None and not spec.deadline_s
+    agent_name, agent_bytes = agent_zipapp()  # the zipapp the controller ships
+    agent_file = tmp_path / agent_name
+    agent_file.write_bytes(agent_bytes)
     # Started as the local transport starts it: the host's Python, own session, pipes.
     with open(tmp_path / "agent.stderr", "wb") as err:
-        proc = subprocess.Popen([str(sim_target.python), str(AGENT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([str(sim_target.python), str(agent_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True)
     events = _event_reader(proc.stdout)
     try:
-        proc.stdin.write((json.dumps(spec) + "\n").encode())
+        proc.stdin.write((json.dumps(spec.to_dict()) + "\n").encode())
         proc.stdin.flush()
         until = time.monotonic() + 60
         while True:

@@ -8,10 +8,10 @@ import subprocess
 import pytest
 
 from harness.config import HostConfig, load_experiment
+from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
 from harness.sim import init_target
-from harness.spec import resolve
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,8 @@ def test_fatal_line_then_hang_is_a_crash_after_the_grace_period(tmp_path, local_
     rec = run(tmp_path, local_host, f, tmp_path / "patches")
     assert rec.status == "crashed"
     assert rec.verdict.category == "oom"
-    assert rec.server["exit_code"] is None or rec.server["stop"]["signal"] in ("TERM", "KILL")
+    assert rec.server is not None
+    assert rec.server.exit_code is None or (rec.server.stop is not None and rec.server.stop.signal in ("TERM", "KILL"))
     assert rec.timings["wait_s"] < 15, "called a crash by the fatal line, not by the 120 s timeouts"
     assert tree_snapshot(sim_target.repo) == before
     assert marked_processes(rec.run_id) == []

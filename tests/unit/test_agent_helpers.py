@@ -1,16 +1,16 @@
 """Pure helpers of the remote agent."""
 
-from harness import agent
+from harness.agent import procs, server, target, tree
 
 
 def test_numstat_paths_plain_and_renames():
     raw = "1\t1\tpython/a.py\0" "3\t0\t\0old/name.py\0new/name.py\0" "-\t-\tbin.dat\0"
-    assert agent.numstat_paths(raw) == {"python/a.py", "old/name.py", "new/name.py", "bin.dat"}
+    assert tree.numstat_paths(raw) == {"python/a.py", "old/name.py", "new/name.py", "bin.dat"}
 
 
 def test_log_follower_handles_carriage_returns_ansi_and_partial_lines(tmp_path):
     log = tmp_path / "server.log"
-    f = agent.LogFollower(str(log), [r"^Scheduler hit an exception"], r"fired up and ready",
+    f = server.LogFollower(str(log), [r"^Scheduler hit an exception"], r"fired up and ready",
                           r"^(?:\[[^\]]*\]\s*)+")
     log.write_bytes(b"Capturing  0%\rCapturing 50%\rCapturing 100%\n\x1b[31m[2026-01-01 00:00:00 TP3] Scheduler hit an ")
     f.poll()
@@ -32,10 +32,10 @@ def test_port_free_detects_listener():
     s.listen()
     port = s.getsockname()[1]
     try:
-        assert not agent.port_free("127.0.0.1", port)
+        assert not procs.port_free("127.0.0.1", port)
     finally:
         s.close()
-    assert agent.port_free("127.0.0.1", port)
+    assert procs.port_free("127.0.0.1", port)
 
 
 def test_server_version_read_from_the_source_like_sglang_0523_lays_it_out(tmp_path):
@@ -43,6 +43,6 @@ def test_server_version_read_from_the_source_like_sglang_0523_lays_it_out(tmp_pa
     pkg.mkdir(parents=True)
     (pkg / "version.py").write_text("try:\n    from sglang._version import __version__\nexcept ImportError:\n"
                                     "    __version__ = \"0.0.0.dev0\"\n")
-    assert agent.read_server_version(str(tmp_path)) is None
+    assert target.read_server_version(str(tmp_path)) is None
     (pkg / "_version.py").write_text("__version__ = version = '0.5.23'\n__version_tuple__ = (0, 5, 23)\n")
-    assert agent.read_server_version(str(tmp_path)) == "0.5.23"
+    assert target.read_server_version(str(tmp_path)) == "0.5.23"

@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import agent
+from harness import protocol
+from harness.agent.attempt import Attempt
+from harness.agent.link import Link
+from harness.agent.tree import Git
 from tests.conftest import tree_snapshot
 
 
@@ -62,7 +65,7 @@ def diff_of(repo: Path, edit: Callable[[Path], None]) -> str:
     return git(scratch, "diff", "--cached", "-M", "--binary")
 
 
-class RecordingLink(agent.Link):
+class RecordingLink(Link):
     """The controller's side of the link, in-process: keeps every event and runs `on_stage` hooks."""
 
     def __init__(self, on_stage: dict[str, Callable[[], None]] | None = None) -> None:
@@ -70,16 +73,17 @@ class RecordingLink(agent.Link):
         self.events: list[dict] = []
         self.on_stage = on_stage or {}
 
-    def emit(self, event: str, **fields) -> None:
-        self.events.append({"event": event, **fields})
-        if event == "stage" and fields.get("stage") in self.on_stage:
-            self.on_stage[fields["stage"]]()
+    def send(self, event: protocol.Event) -> None:
+        body = protocol.encode(event)
+        self.events.append(body)
+        if body["event"] == "stage" and body["stage"] in self.on_stage:
+            self.on_stage[body["stage"]]()
 
 
 def spec_for(repo: Path, tmp_path: Path, patches: list[str], files: list[tuple[str, bytes, int]] = (),
-             attempt_id: str = "a1") -> dict:
-    return {
-        "protocol": agent.PROTOCOL, "mode": "apply-revert", "run_id": "r1", "attempt_id": attempt_id,
+             attempt_id: str = "a1") -> protocol.Spec:
+    return protocol.Spec.decode({
+        "protocol": protocol.PROTOCOL, "mode": "apply-revert", "run_id": "r1", "attempt_id": attempt_id,
         "repo": str(repo), "workdir": str(tmp_path / "work"), "allow_dirty": ["notes.txt"], "base_ref": None,
         "patches": [{"set": "awkward", "name": f"{i:04d}.patch", "text": t} for i, t in enumerate(patches)],
         "files": [{"set": "awkward", "path": p, "mode": m, "content_b64": base64.b64encode(c).decode()}
@@ -87,7 +91,7 @@ def spec_for(repo: Path, tmp_path: Path, patches: list[str], files: list[tuple[s
         "server": {"argv": ["python3"], "env": {}, "host": "127.0.0.1", "port": "auto"},
         "timeouts": {"stop_grace": 1, "gpu_release": 1}, "requirements": {},
         "heartbeat_timeout_s": None,
-    }
+    })
 
 
 def journal_path(repo: Path) -> Path:
@@ -126,7 +130,7 @@ def test_awkward_patch_set_is_applied_then_restored_byte_for_byte(repo, tmp_path
 
     link = RecordingLink({"compile": look})
     spec = spec_for(repo, tmp_path, [awkward_patch(repo)], files=[("extra/dir/blob.bin", b"\x00\xffraw", 0o600)])
-    result = agent.Attempt(spec, link).run()
+    result = Attempt(spec, link).run()
 
     assert result["status"] == "ok", result.get("error")
     assert seen_patched == {"module": True, "whole_file": b"\x00\xffraw", "gone": True, "renamed": True,
@@ -149,7 +153,7 @@ def test_files_created_in_the_tree_while_patched_make_the_revert_unverified(repo
 
     link = RecordingLink({"compile": stray_writes})
     spec = spec_for(repo, tmp_path, [awkward_patch(repo)])
-    result = agent.Attempt(spec, link).run()
+    result = Attempt(spec, link).run()
 
     assert result["revert"]["verified"] is False
     assert set(result["revert"]["diff"]) >= {"pkg/__init__.py", "core.12345"}
@@ -163,7 +167,7 @@ def test_files_created_in_the_tree_while_patched_make_the_revert_unverified(repo
 
     # The next attempt on this tree refuses to run, names the leftover and changes nothing.
     left = tree_snapshot(repo)
-    nxt = agent.Attempt(spec_for(repo, tmp_path, [], attempt_id="a2"), RecordingLink()).run()
+    nxt = Attempt(spec_for(repo, tmp_path, [], attempt_id="a2"), RecordingLink()).run()
     assert nxt["status"] == "preflight-failed"
     assert "a1" in nxt["error"] and "core.12345" in nxt["error"] and "pkg/__init__.py" in nxt["error"]
     assert tree_snapshot(repo) == left and journal_path(repo).exists()
@@ -172,11 +176,11 @@ def test_files_created_in_the_tree_while_patched_make_the_revert_unverified(repo
 def test_after_the_stray_files_are_dealt_with_the_next_attempt_recovers_and_runs(repo, tmp_path):
     before = tree_snapshot(repo)
     link = RecordingLink({"compile": lambda: (repo / "core.1").write_bytes(b"x")})
-    assert agent.Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()["revert"]["verified"] is False
+    assert Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()["revert"]["verified"] is False
     (repo / "core.1").unlink()  # the operator removes the core dump; the journal is still there
 
     link2 = RecordingLink()
-    result = agent.Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], attempt_id="a2"), link2).run()
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], attempt_id="a2"), link2).run()
     assert result["status"] == "ok", result.get("error")
     assert result["recovered"]["journal"]["attempt_id"] == "a1"
     assert result["recovered"]["revert"]["verified"] is True
@@ -189,13 +193,13 @@ def test_agent_killed_while_patched_is_recovered_by_the_next_agent(repo, tmp_pat
     before the first byte changed is enough for `recover` to put the tree back."""
     before = tree_snapshot(repo)
     spec = spec_for(repo, tmp_path, [awkward_patch(repo)], files=[("extra/dir/blob.bin", b"blob", 0o644)])
-    dying = agent.Attempt(spec, RecordingLink())
+    dying = Attempt(spec, RecordingLink())
     dying.take_lock()
     dying.apply(dying.preflight())
     dying.release_lock()  # the kernel drops a dead process's flock
     assert tree_snapshot(repo) != before and journal_path(repo).exists()
 
-    rescuer = agent.Attempt(spec_for(repo, tmp_path, [], attempt_id="recover"), RecordingLink())
+    rescuer = Attempt(spec_for(repo, tmp_path, [], attempt_id="recover"), RecordingLink())
     result = rescuer.recover()
     assert result["status"] == "ok", result.get("error")
     assert result["recovered"]["revert"]["verified"] is True
@@ -204,7 +208,7 @@ def test_agent_killed_while_patched_is_recovered_by_the_next_agent(repo, tmp_pat
 
 def test_recover_without_a_journal_changes_nothing_and_says_so(repo, tmp_path):
     before = tree_snapshot(repo)
-    result = agent.Attempt(spec_for(repo, tmp_path, []), RecordingLink()).recover()
+    result = Attempt(spec_for(repo, tmp_path, []), RecordingLink()).recover()
     assert result["status"] == "ok" and result["recovered"] is None
     assert "nothing to recover" in result["message"]
     assert tree_snapshot(repo) == before
@@ -215,7 +219,7 @@ def test_patch_that_does_not_apply_changes_nothing_and_leaves_no_journal(repo, t
     good = awkward_patch(repo)
     stale = ("--- a/pkg/server.py\n+++ b/pkg/server.py\n@@ -1,2 +1,2 @@\n def serve():\n"
              "-    return 'something else'\n+    return 'x'\n")
-    result = agent.Attempt(spec_for(repo, tmp_path, [good, stale]), RecordingLink()).run()
+    result = Attempt(spec_for(repo, tmp_path, [good, stale]), RecordingLink()).run()
     assert result["status"] == "apply-failed"
     assert "0001.patch" in result["error"] and "0000.patch" not in result["error"].split("does not apply")[0]
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
@@ -224,7 +228,7 @@ def test_patch_that_does_not_apply_changes_nothing_and_leaves_no_journal(repo, t
 def test_whole_file_that_would_overwrite_an_untracked_user_file_is_refused(repo, tmp_path):
     before = tree_snapshot(repo)
     spec = spec_for(repo, tmp_path, [], files=[("notes.txt", b"mine now", 0o644)])
-    result = agent.Attempt(spec, RecordingLink()).run()
+    result = Attempt(spec, RecordingLink()).run()
     assert result["status"] in ("apply-failed", "preflight-failed")
     assert "notes.txt" in result["error"]
     assert tree_snapshot(repo) == before
@@ -234,8 +238,8 @@ def test_dirty_tree_is_refused_naming_every_dirty_path(repo, tmp_path):
     (repo / "pkg" / "server.py").write_text("local edit\n")
     before = tree_snapshot(repo)
     spec = spec_for(repo, tmp_path, [])
-    spec["allow_dirty"] = []
-    result = agent.Attempt(spec, RecordingLink()).run()
+    spec.allow_dirty = []
+    result = Attempt(spec, RecordingLink()).run()
     assert result["status"] == "preflight-failed"
     assert sorted(result["dirty"]) == ["notes.txt", "pkg/server.py"]
     assert tree_snapshot(repo) == before
@@ -245,13 +249,13 @@ def test_status_entries_lists_paths_with_spaces_and_untracked_files_in_new_dirs(
     (repo / "dir with space").mkdir()
     (repo / "dir with space" / "a b.txt").write_text("x")
     (repo / "tool.py").write_text("changed\n")
-    paths = sorted(p for _, p in agent.Git(str(repo)).status_entries())
+    paths = sorted(p for _, p in Git(str(repo)).status_entries())
     assert paths == ["dir with space/a b.txt", "notes.txt", "tool.py"]
 
 
 @pytest.mark.parametrize("change", ["content", "mode", "new-untracked", "delete"])
 def test_tree_state_changes_with_any_change_git_can_see(repo, tmp_path, change):
-    g = agent.Git(str(repo))
+    g = Git(str(repo))
     before = g.tree_state(str(tmp_path))
     target = repo / "pkg" / "server.py"
     if change == "content":

@@ -14,20 +14,15 @@ from harness.masking import mask_files, mask_secrets, secret_values
 TOKEN = "hf_s3cr3tV4lue9"
 
 
-def spec_with_env(env: dict) -> dict:
-    return {"server": {"argv": ["python"], "env": env}}
-
-
 def test_values_of_secret_looking_variables_are_secrets_others_are_not():
     env = {"HF_TOKEN": TOKEN, "OPENAI_API_KEY": "sk-abcdef", "my_password": "hunter22",
            "AWS_SECRET_ACCESS_KEY": "wJalrXUtn", "DB_CREDENTIALS": "u:p@db", "NCCL_DEBUG": "WARN",
            "CUDA_VISIBLE_DEVICES": "0,1", "EMPTY_TOKEN": ""}
-    assert sorted(secret_values(spec_with_env(env))) == sorted(
+    assert sorted(secret_values(env)) == sorted(
         [TOKEN, "sk-abcdef", "hunter22", "wJalrXUtn", "u:p@db"])
 
 
 def test_no_environment_means_no_secrets():
-    assert secret_values({"server": {"argv": ["python"]}}) == []
     assert secret_values({}) == []
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.report import build_rows, columns, table_rows, to_csv, to_json, to_markdown
-from harness.results import Record
+from harness.results import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
@@ -93,9 +93,10 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_top_op_from_profiles_and_records_without_one():
     with_profile = rec("base", [100, 101, 99])
-    with_profile.__pydantic_extra__["profile"] = {"top": [{"name": "aten::copy_", "share": 0.69}]}
+    with_profile.profile = ProfileSummary(total_gpu_us=100.0, steps=1, kernels=1,
+                                          top=[ProfileOp(name="aten::copy_", gpu_us=69.0, share=0.69, calls=1)])
     without = rec("other", [100, 101, 99])
-    without.__pydantic_extra__["profile"] = None
+    without.profile = None
     rows = build_rows([with_profile, without], metric="output_throughput", baseline="base")
     assert row(rows, "base").top_op == "aten::copy_ 69%" and row(rows, "other").top_op is None
 

@@ -4,10 +4,12 @@ import errno
 import json
 
 import pytest
+from pydantic import ValidationError
 
-from harness.bench import parse_jsonl, summarize
-from harness.errors import ResultsError
-from harness.results import Record, ResultsStore, load_record
+from harness.errors import ConfigError, ResultsError
+from harness.metrics import parse_jsonl, summarize
+from harness.protocol import Status
+from harness.results import FINAL_STATUSES, PlannedEntry, Record, ResultsStore, RunInfo, load_record
 
 
 def record(**kw):
@@ -55,3 +57,168 @@ def test_summarize_takes_median_over_repeats_and_keeps_samples():
     assert s["repeats"] == 3
     assert s["output_throughput"] == 20 and s["samples"]["output_throughput"] == [10, 30, 20]
     assert s["median_ttft_ms"] == 6
+
+
+# ============================================================================ the record's fields and statuses
+
+FULL = {
+    "schema": 1, "run_id": "20250101-000000-abcd", "experiment": "s-flashinfer-mla", "attempt": "01", "host": "h200",
+    "backend": "flashinfer-mla", "status": "crashed", "error": "server exited 1",
+    "verdict": {"verdict": "crash", "category": "jit-compile-error", "key_line": "static_assert failed",
+                "phase": "warmup", "hint": "read the compiler error"},
+    "timings": {"lock_s": 0.01, "total_s": 3.5}, "detect_latency_s": 0.4,
+    "metrics": {"bs1": {"repeats": 2, "samples": {"output_throughput": [10, 12]}, "output_throughput": 11}},
+    "provenance": {"base_commit": "c" * 40, "patch_sets": {"p": "0" * 64}, "harness_version": "0.1.0",
+                   "server_version": "0.5.23", "gpu": [{"name": "NVIDIA H200", "compute_cap": "9.0"}],
+                   "arch": "sm90", "agent_python": "3.11.7", "hostname": "box"},
+    "revert": {"verified": True, "tree_before": "t1", "tree_after": "t1", "diff": []},
+    "expect": "crash", "expectation_met": True, "experiment_file": "/x/e.yaml",
+    "server": {"argv": ["python", "-m", "sglang.launch_server", "--port", {"slot": "port"}],
+               "env": {"HF_TOKEN": "<redacted>"}, "port": 30001, "exit_code": 1,
+               "stop": {"signal": "TERM", "stragglers": [], "left": [], "stop_s": 0.2}},
+    "changed_paths": {"restore": ["a.py"], "delete": ["new.py"]},
+    "recovered": {"journal": {"attempt_id": "old-01"}, "stop": {"state": "already-gone"},
+                  "revert": {"verified": True, "tree_before": "t0", "tree_after": "t0", "diff": []}},
+    "abort_reason": None,
+    "profile": {"total_gpu_us": 100.0, "steps": 3, "kernels": 4, "per_step_us": 33.3, "trace": "profile/a-TP-0.json",
+                "files": ["profile/a-TP-0.json"],
+                "top": [{"name": "aten::copy_", "gpu_us": 60.0, "share": 0.6, "calls": 3,
+                         "kernels": [{"name": "copy_kernel", "gpu_us": 60.0}]}]},
+    "key": "k1", "round": 2, "sweep": "s", "try": 1,
+    "dirty": ["notes.txt"], "locked_by": {"run_id": "other", "pid": 7}, "fetch_missing": ["/w/bench.jsonl"],
+    "port_in_use": 30000, "cannot_run": ["needs sm100"], "preflight_warnings": ["cutlass_mla unknown"],
+    "arch": "sm90", "budget_exceeded": True, "gpu_dirty": {"123": 512}, "profile_error": "no trace",
+}
+
+
+def test_every_field_is_declared_and_read_as_an_attribute(tmp_path):
+    d = ResultsStore(tmp_path).new_attempt_dir("r", "e")
+    (d / "record.json").write_text(json.dumps(FULL, indent=2) + "\n")
+    rec = load_record(d / "record.json")
+    assert rec.model_extra is None  # nothing undeclared
+    assert rec.status is Status.CRASHED and rec.expectation_met is True and rec.expect == "crash"
+    assert rec.server is not None and rec.server.port == 30001 and rec.server.argv[-1] == {"slot": "port"}
+    assert rec.server.stop is not None and rec.server.stop.signal == "TERM" and rec.server.stop.gpu_dirty is None
+    assert rec.recovered is not None and rec.recovered.stop.state == "already-gone" and rec.recovered.revert.verified
+    assert rec.changed_paths is not None and rec.changed_paths.delete == ["new.py"]
+    assert rec.profile is not None and rec.profile.top[0].kernels[0].name == "copy_kernel"
+    assert (rec.key, rec.round, rec.sweep, rec.try_) == ("k1", 2, "s", 1)
+    assert rec.provenance.gpu == [{"name": "NVIDIA H200", "compute_cap": "9.0"}] and rec.provenance.arch == "sm90"
+    assert rec.gpu_dirty == {"123": 512} and rec.locked_by == {"run_id": "other", "pid": 7}
+    assert json.loads(rec.to_json()) == FULL  # the same keys and values back on disk
+
+
+def test_an_undeclared_field_is_refused():
+    with pytest.raises(ValueError, match="bogus"):
+        record(bogus=1)
+    with pytest.raises(ValueError, match="extra"):
+        record(revert={"verified": True, "surprise": 1})
+
+
+def test_statuses_are_one_enum_written_as_the_same_strings(tmp_path):
+    store = ResultsStore(tmp_path)
+    for status in Status:
+        d = store.new_attempt_dir("r", "e")
+        store.write_record(d, record(status=status.value))
+        text = (d / "record.json").read_text()
+        assert f'"status": "{status.value}"' in text
+        assert load_record(d / "record.json").status is status
+    assert [s.value for s in Status] == ["ok", "crashed", "hung", "apply-failed", "preflight-failed", "bench-failed",
+                                         "infra-error", "aborted"]
+
+
+def test_fields_not_given_are_not_written_and_a_record_round_trips_byte_for_byte(tmp_path):
+    store = ResultsStore(tmp_path)
+    d = store.new_attempt_dir("r", "e")
+    rec = record(expect="ok", expectation_met=False, abort_reason=None, cannot_run=["no host fits"])
+    store.write_record(d, rec)
+    text = (d / "record.json").read_text()
+    data = json.loads(text)
+    assert list(data)[:14] == ["schema", "run_id", "experiment", "attempt", "host", "backend", "status", "error",
+                               "verdict", "timings", "detect_latency_s", "metrics", "provenance", "revert"]
+    assert data["provenance"] == {} and data["abort_reason"] is None and data["cannot_run"] == ["no host fits"]
+    assert not {"key", "round", "try", "server", "dirty", "budget_exceeded"} & set(data)
+    assert load_record(d / "record.json").to_json() == text
+
+
+def test_final_statuses_are_defined_once():
+    assert FINAL_STATUSES == {Status.OK, Status.CRASHED, Status.HUNG, Status.APPLY_FAILED, Status.PREFLIGHT_FAILED,
+                              Status.BENCH_FAILED}
+    assert all(record(status=s.value).is_final() for s in FINAL_STATUSES)
+    assert not record(status="aborted").is_final() and not record(status="infra-error").is_final()
+    assert record(status="aborted", budget_exceeded=True).is_final()  # stopped for its budget: a result
+
+
+# ============================================================================ reading run folders, checked
+
+
+def test_a_record_of_another_schema_is_a_clear_error(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({**FULL, "schema": 2}))
+    with pytest.raises(ResultsError) as e:
+        load_record(path)
+    assert str(path) in str(e.value) and "schema 2" in str(e.value) and "schema 1" in str(e.value)
+    assert "hint:" in str(e.value)
+    path.write_text(json.dumps({k: v for k, v in FULL.items() if k != "schema"}))
+    with pytest.raises(ResultsError, match="schema None"):
+        load_record(path)
+
+
+def test_an_invalid_or_damaged_record_is_a_clear_error_not_a_traceback(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({**FULL, "status": "fine", "surprise": 1}))
+    with pytest.raises(ResultsError) as e:
+        load_record(path)
+    assert not isinstance(e.value, ValidationError)
+    msg = str(e.value)
+    assert str(path) in msg and "status" in msg and "surprise" in msg and "Traceback" not in msg
+    path.write_text('{"schema": 1, "run_id": ')
+    with pytest.raises(ResultsError, match="not valid JSON"):
+        load_record(path)
+    path.write_text("[1]")
+    with pytest.raises(ResultsError, match="not an object"):
+        load_record(path)
+
+
+def run_info(run_id, keys=("k1", "k2"), sweep_file="/x/sweep.yaml"):
+    return RunInfo(run_id=run_id, sweep="s", sweep_file=sweep_file, baseline="s-base", hosts=["h"],
+                   attempts=[PlannedEntry(key=k, experiment="e", round=1, order=i) for i, k in enumerate(keys)])
+
+
+def test_run_file_is_written_and_read_back_checked(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.write_run(run_info("r1"))
+    store.write_run(run_info("r1", keys=("k3",)))  # resuming replaces the plan
+    data = json.loads((tmp_path / "r1" / "run.json").read_text())
+    assert list(data) == ["schema", "run_id", "sweep", "sweep_file", "created", "baseline", "hosts", "attempts"]
+    assert data["schema"] == 1 and data["attempts"] == [{"key": "k3", "experiment": "e", "round": 1, "order": 0,
+                                                         "backend": None, "arch": None}]
+    run = store.read_run("r1")
+    assert run.plan_keys() == {"k3"} and run.baseline == "s-base"
+    store.write_run(run_info("r2", sweep_file=str((tmp_path / "other.yaml").resolve())))
+    assert store.runs_of_sweep(tmp_path / "other.yaml") == ["r2"]
+    with pytest.raises(ConfigError, match="no run 'nope'") as e:
+        store.read_run("nope")
+    assert "r1, r2" in str(e.value)
+    (tmp_path / "r1" / "run.json").write_text(json.dumps({**data, "schema": 7}))
+    with pytest.raises(ResultsError, match="run.json: run file schema 7; this harness reads schema 1"):
+        store.read_run("r1")
+    (tmp_path / "r1" / "run.json").write_text(json.dumps({**data, "attempts": [{"key": "k"}]}))
+    with pytest.raises(ResultsError, match="attempts.0.experiment"):
+        store.read_run("r1")
+
+
+def test_records_by_key_and_final_records_of_the_current_plan(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.write_run(run_info("r", keys=("k1", "k2")))
+    for key, status in (("k1", "infra-error"), ("k1", "ok"), ("k2", "aborted"), ("stale", "ok")):
+        store.write_record(store.new_attempt_dir("r", "e"), record(run_id="r", status=status, key=key))
+    store.write_record(store.new_attempt_dir("r", "single"), record(run_id="r", status="crashed"))  # no key
+    by_key = store.records_by_key("r")
+    assert {k: [r.status for r in v] for k, v in by_key.items()} == {"k1": ["infra-error", "ok"], "k2": ["aborted"],
+                                                                   "stale": ["ok"]}
+    assert sorted((r.key or "-", r.status.value) for r in store.final_records("r")) == [("-", "crashed"), ("k1", "ok")]
+    bad = store.new_attempt_dir("r", "e")
+    (bad / "record.json").write_text(json.dumps({**FULL, "schema": 9}))
+    with pytest.raises(ResultsError, match=str(bad / "record.json")):
+        store.records_by_key("r")

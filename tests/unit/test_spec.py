@@ -12,7 +12,8 @@ import pytest
 
 from harness.config import HostConfig, load_experiment
 from harness.errors import ConfigError
-from harness.spec import build_spec, resolve
+from harness.resolve import resolve
+from harness.spec import build_spec
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 
@@ -41,17 +42,17 @@ def test_backend_and_patches_resolve_into_spec(project):
                           "bench: [{name: c1, num_prompts: 2, max_concurrency: 1}]\n")
     r = resolve(load_experiment(f), f, project / "patches")
     spec = build_spec(r, HOST, run_id="r1", attempt_id="e-01")
-    argv = spec["server"]["argv"]
+    argv = spec.server.argv
     assert argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
     # Strings from YAML stay single argv elements: nothing is ever parsed by a shell.
     assert "/m; rm -rf /" in argv and "$(touch y)" in argv
     assert argv[argv.index("--attention-backend") + 1] == "flashinfer"
     assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8_e4m3"
-    assert [p["name"] for p in spec["patches"]] == ["0001-x.patch"]
-    assert spec["files"][0]["path"] == "pkg/new.py"
-    bench = spec["bench"][0]["argv"]
+    assert [p.name for p in spec.patches] == ["0001-x.patch"]
+    assert spec.files[0].path == "pkg/new.py"
+    bench = spec.bench[0].argv
     assert bench[bench.index("--max-concurrency") + 1] == "1" and "--output-file" not in bench
-    assert spec["server"]["env"] == {"HF_TOKEN": "s3cret"}
+    assert spec.server.env == {"HF_TOKEN": "s3cret"}
 
 
 def test_unknown_backend_suggests(project):
@@ -140,7 +141,7 @@ def test_yaml_strings_with_shell_metacharacters_reach_the_server_and_bench_argv_
         "server": {"extra_args": HOSTILE, "env": {"X": HOSTILE[3]}},
         "bench": [{"name": "c1", "num_prompts": 2, "extra_args": HOSTILE}]}))
     spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
-    spec = json.loads(json.dumps(spec))  # as the agent receives it, over its stdin
+    spec = json.loads(json.dumps(spec.to_dict()))  # as the agent receives it, over its stdin
     argv = spec["server"]["argv"]
     assert argv[argv.index("--model-path") + 1] == "/m/$(touch pwned)"
     assert argv[argv.index("--served-model-name") + 1] == "a'b"

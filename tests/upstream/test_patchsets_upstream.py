@@ -25,8 +25,8 @@ import yaml
 from harness.config import Experiment, ModelSettings, ServerSettings
 from harness.errors import ConfigError
 from harness.patchsets import NewFile, PatchFile, PatchSet, load_patch_set
+from harness.resolve import Resolved, resolve
 from harness.runner import check_patches
-from harness.spec import Resolved, resolve
 from tests.conftest import PATCHES, tree_snapshot
 from tests.support.sshd import free_port
 from tests.upstream.sglang_source import APPLIES_TO, SKIP_ENV

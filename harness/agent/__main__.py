@@ -1,0 +1,64 @@
+"""Entry point on the host: `python agent-<hash>.pyz` (the zipapp) or `python -m harness.agent`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any, Optional
+
+from ..protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec
+from .attempt import Attempt
+from .link import Link
+from .procs import become_subreaper
+from .status import host_status
+
+
+def final_report(result: dict[str, Any], attempt: Optional[Attempt] = None, link: Optional[Link] = None) -> Final:
+    """The result as the typed final event; a key `Final` does not declare is a bug here, not data."""
+    body = dict(result)
+    if attempt is not None:
+        body["timings"] = attempt.timings
+        body["attempt_dir"] = attempt.attempt_dir
+        body["server_log"] = attempt.log_path if os.path.exists(attempt.log_path) else None
+    if link is not None:
+        body["abort_reason"] = link.abort_reason
+    try:
+        return Final.from_dict(json.loads(json.dumps(body, default=str)))
+    except ProtocolError as exc:  # a bug in the agent: still end with a final report, saying so
+        return Final(status="infra-error", error="agent error: the final report does not follow the protocol: %s"
+                     % exc, timings=body.get("timings") or {})
+
+
+def main() -> int:
+    link = Link()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda s, f: link.abort("signal %d" % s))
+    become_subreaper()
+    try:
+        spec: Spec = link.read_spec()
+    except (ProtocolError, ValueError) as exc:
+        link.send(Final(status="infra-error", error="agent (protocol %d) cannot read the spec: %s" % (PROTOCOL, exc)))
+        return 3
+    link.send(Hello(protocol=PROTOCOL, pid=os.getpid(), host_time=time.time(), python=sys.version.split()[0],
+                    hostname=socket.gethostname()))
+    link.watch_stdin()
+    link.keep_alive(float(spec.alive_interval_s or 2.0))
+    attempt = Attempt(spec, link)
+    if spec.mode == Mode.STATUS.value:
+        try:
+            report = dict(status="ok", **host_status(attempt.repo, attempt.server_env()))
+        except Exception as exc:  # a look must always answer, saying what it could not see
+            report = {"status": "infra-error", "error": "cannot read the host's state: %s" % exc}
+        link.send(final_report(report))
+        return 0
+    result = attempt.recover() if spec.mode == Mode.RECOVER.value else attempt.run()
+    link.send(final_report(result, attempt, link))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

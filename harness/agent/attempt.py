@@ -1,0 +1,266 @@
+"""One attempt as a sequence of stages — and nothing else: each stage's work lives in its own module.
+
+    lock → preflight (recover a leftover journal first) → patch → launch → wait → bench → [profile]
+         → stop → revert/verify                                  (cleanup runs on every path)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from typing import Any, Optional
+
+from ..protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
+from .bench import Load
+from .errors import Aborted, StageFailed
+from .gpu import query_gpus
+from .link import Link
+from .lock import RepoLock
+from .procs import MARKER_ENV, pick_free_port, port_free
+from .server import Server
+from .status import stop_recorded_server
+from .target import fit_problems, read_server_version
+from .tree import Journal, Tree
+
+
+class Attempt:
+    def __init__(self, spec: Spec, link: Link) -> None:
+        self.spec = spec
+        self.link = link
+        self.repo = os.path.abspath(os.path.expanduser(spec.repo))
+        self.workdir = os.path.abspath(os.path.expanduser(spec.workdir or "~/.cache/harness"))
+        self.attempt_dir = os.path.join(self.workdir, "attempts", spec.run_id, spec.attempt_id)
+        self.marker = "%s/%s" % (spec.run_id, spec.attempt_id)
+        self.tree = Tree(self.repo, self.attempt_dir)
+        self.lock: Optional[RepoLock] = None
+        self.journal: Optional[Journal] = None
+        self.server: Optional[Server] = None
+        self.timings: dict[str, float] = {}
+        self.result: dict[str, Any] = {"status": Status.OK.value, "error": None}
+        self._stage: Optional[str] = None
+        self._stage_t = 0.0
+        self.t_start = time.monotonic()
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.attempt_dir, "server.log")
+
+    # ------------------------------------------------------------------ plumbing
+
+    def stage(self, name: Optional[str]) -> None:
+        now = time.monotonic()
+        if self._stage is not None:
+            self.timings[self._stage + "_s"] = round(now - self._stage_t, 4)
+        self._stage, self._stage_t = name, now
+        if name is not None:
+            self.link.send(StageChanged(stage=name))
+
+    def check_abort(self) -> None:
+        """Between and inside stages: the budget, the controller's heartbeat, an abort on the link."""
+        deadline = self.spec.deadline_s
+        if deadline and time.monotonic() - self.t_start > float(deadline) and not self.link.abort_reason:
+            self.result["budget_exceeded"] = True
+            self.link.abort("the attempt's time budget of %ss is spent" % deadline)
+        hb = self.spec.heartbeat_timeout_s
+        if hb and time.monotonic() - self.link.last_heard > hb:
+            self.link.abort("controller-silent")
+        if self.link.abort_reason:
+            raise Aborted(self.link.abort_reason)
+
+    def server_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.spec.server.env)
+        python = str(self.spec.server.argv[0])
+        if os.path.isabs(python):
+            env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
+        env["PYTHONUNBUFFERED"] = "1"
+        # Bytecode goes to our work dir, not into __pycache__/ beside the sources: the target tree must
+        # stay byte-identical even where the repo does not ignore __pycache__.
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(self.workdir, "pycache")
+        env[MARKER_ENV] = self.marker
+        return env
+
+    def fail(self, exc: BaseException) -> None:
+        if isinstance(exc, Aborted):
+            self.result.update(status=Status.ABORTED.value, error="attempt aborted: %s" % exc)
+        elif isinstance(exc, StageFailed):
+            self.result.update(status=exc.status, error=exc.message, **exc.details)
+        else:
+            self.result.update(status=Status.INFRA_ERROR.value, error="agent error:\n" + traceback.format_exc())
+
+    # ------------------------------------------------------------------ the sequences
+
+    def run(self) -> dict[str, Any]:
+        t0 = self.t_start = time.monotonic()
+        try:
+            self.stage("lock")
+            self.take_lock()
+            self.stage("preflight")
+            self.recover_leftover_journal()
+            plan = self.preflight()
+            self.check_abort()
+            self.stage("patch")
+            self.apply(plan)
+            self.check_abort()
+            if self.spec.mode == Mode.APPLY_REVERT.value:
+                self.stage("compile")
+                self.compile_changed()
+                return self.result
+            self.stage("launch")
+            self.launch()
+            self.stage("wait")
+            assert self.server is not None
+            ready_s = self.server.wait_ready()
+            self.timings["ready_s"] = ready_s
+            self.link.send(Ready(ready_s=round(time.monotonic() - self.server.t_launch, 3)))
+            load = Load(self.spec, self.link, self.server, self.attempt_dir, self.server_env(), self.check_abort,
+                        self.result)
+            self.stage("bench")
+            self.timings["bench_s"] = load.bench()
+            if self.spec.profile:
+                self.stage("profile")
+                load.profile()
+        except Exception as exc:
+            self.fail(exc)
+        finally:
+            self.cleanup()
+            self.timings["total_s"] = round(time.monotonic() - t0, 4)
+        return self.result
+
+    def recover(self) -> dict[str, Any]:
+        """On demand: take the lock, and if a journal is left, stop its server and restore the tree."""
+        t0 = time.monotonic()
+        try:
+            self.stage("lock")
+            self.take_lock()
+            self.stage("recover")
+            if not self.recover_leftover_journal():
+                self.result["recovered"] = None
+                self.result["message"] = "no journal: nothing to recover"
+        except Exception as exc:
+            self.fail(exc)
+        finally:
+            self.stage(None)
+            self.release_lock()
+            self.timings["total_s"] = round(time.monotonic() - t0, 4)
+        return self.result
+
+    def cleanup(self) -> None:
+        """Stop and revert on every path; a failure here is reported, never swallowed."""
+        try:
+            if self.server is not None and self.server.proc is not None:
+                self.stage("stop")
+                self.result["stop"] = self.server.stop()
+            if self.journal is not None:
+                self.stage("revert")
+                revert = self.tree.revert(self.journal)
+                self.result["revert"] = revert
+                if revert["verified"]:
+                    self.journal = None
+                elif self.result["status"] == Status.OK.value:
+                    self.result.update(status=Status.INFRA_ERROR.value, error="revert could not be verified")
+        except Exception:
+            self.result.update(status=Status.INFRA_ERROR.value, error="cleanup failed:\n" + traceback.format_exc())
+        finally:
+            self.stage(None)
+            self.release_lock()
+
+    # ------------------------------------------------------------------ stages
+
+    def take_lock(self) -> None:
+        harness_dir = self.tree.open()
+        self.lock = RepoLock(harness_dir)
+        self.lock.acquire(self.repo, {"run_id": self.spec.run_id, "attempt_id": self.spec.attempt_id},
+                          float(self.spec.lock_wait_s or 0), self._wait_tick)
+
+    def _wait_tick(self) -> None:
+        self.check_abort()
+        self.link.wake.wait(0.25)
+
+    def release_lock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+    def recover_leftover_journal(self) -> bool:
+        """A journal left by an interrupted attempt: stop its server, restore the tree. Refuse to go on
+        when the tree cannot be restored exactly."""
+        journal = self.tree.leftover_journal()
+        if journal is None:
+            return False
+        self.link.send(Recovering(journal=journal))
+        stopped = stop_recorded_server(journal, float(self.spec.timeouts.stop_grace))
+        revert = self.tree.revert(journal)
+        self.result["recovered"] = {"journal": journal, "stop": stopped, "revert": revert}
+        if not revert["verified"]:
+            raise StageFailed("preflight-failed",
+                              "found the journal of an interrupted attempt (%s) and could not restore the "
+                              "tree exactly; changed paths: %s" % (journal.get("attempt_id"),
+                                                                    ", ".join(revert.get("diff", [])[:20])))
+        return True
+
+    def preflight(self) -> dict[str, Any]:
+        """Everything that can refuse the attempt, before anything changes on the host."""
+        os.makedirs(self.attempt_dir, exist_ok=True)
+        head = self.tree.head()
+        self.result["base_commit"] = head
+        self.tree.check_base(self.spec.base_ref, head)
+        self.result["server_version"] = read_server_version(self.repo)
+        self.result["gpus"] = query_gpus(self.server_env())
+        dirty_before, _ = self.tree.dirty_paths(self.spec.allow_dirty)
+        self._choose_port()
+        tree_before = self.tree.git.tree_state(self.attempt_dir)
+        self._check_target_fits()
+        plan = self.tree.plan(self.spec.patches, self.spec.files, dirty_before,
+                              os.path.join(self.attempt_dir, "patches"), head)
+        plan.update(base=head, tree_before=tree_before, dirty_before=sorted(dirty_before))
+        return plan
+
+    def _choose_port(self) -> None:
+        srv = self.spec.server
+        if srv.port == "auto":
+            srv.port = pick_free_port(srv.host)
+            self.result["port"] = srv.port
+        elif not port_free(srv.host, int(srv.port)):
+            raise StageFailed("preflight-failed", "port %s is already in use on the host (set `port: auto` in the "
+                              "experiment to let the harness pick a free one)" % srv.port, port_in_use=srv.port)
+
+    def _check_target_fits(self) -> None:
+        """With `expect: crash` it runs anyway (to reproduce a failure on purpose), with warnings."""
+        problems = fit_problems(self.spec.requirements, self.repo, self.result.get("gpus"),
+                                self.result.get("server_version"), self.spec.patches, self.result)
+        if not problems:
+            return
+        if self.spec.expect == "crash":
+            self.result["preflight_warnings"] = problems
+            self.link.send(PreflightWarning(problems=problems))
+        else:
+            raise StageFailed("preflight-failed", "cannot run here: " + "; ".join(problems), cannot_run=problems)
+
+    def apply(self, plan: dict[str, Any]) -> None:
+        identity = {"run_id": self.spec.run_id, "attempt_id": self.spec.attempt_id, "marker": self.marker}
+        self.journal = self.tree.new_journal(identity, plan["base"], plan["tree_before"], plan["dirty_before"], plan)
+        self.tree.apply(self.journal, plan)
+        self.result["changed_paths"] = {"restore": self.journal["restore"], "delete": self.journal["delete"]}
+
+    def compile_changed(self) -> None:
+        """Every patched or new .py file must at least compile (syntax) under the host's Python."""
+        assert self.journal is not None
+        paths, errors = self.tree.compile_errors(self.journal)
+        self.result["compiled"] = paths
+        if errors:
+            raise StageFailed("apply-failed", "patched files do not compile:\n" + "\n".join(errors),
+                              compile_errors=errors)
+
+    def launch(self) -> None:
+        assert self.journal is not None
+        self.server = Server(self.spec, self.link, self.attempt_dir, self.server_env(), self.marker,
+                             self.check_abort, self.result)
+        self.server.launch(cwd=self.repo, on_started=self._journal_server)
+
+    def _journal_server(self, pid: int, pgid: int, start: Optional[int]) -> None:
+        """Before anything else happens: a killed agent's successor must know which server to stop."""
+        assert self.journal is not None
+        self.journal["server"] = {"pid": pid, "pgid": pgid, "start": start}
+        self.journal["state"] = "running"
+        self.tree.save(self.journal)

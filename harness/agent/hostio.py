@@ -1,0 +1,74 @@
+"""Small helpers for files and subprocesses on the host (standard library only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, Union
+
+
+def run(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+        timeout: float = 120, input_bytes: Optional[bytes] = None) -> subprocess.CompletedProcess:
+    """Run a program (never a shell) and capture its output as bytes."""
+    return subprocess.run(list(argv), cwd=cwd, env=env, input=input_bytes, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=timeout)
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write, fsync, rename: a reader (or a recovery after a crash) sees the old or the new file, whole."""
+    tmp = path + ".tmp-%d" % os.getpid()
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file; unreadable lines and a missing file give nothing."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        continue
+    except OSError:
+        pass
+    return rows
+
+
+def read_tail(path: str, nbytes: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - nbytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def fill_slots(argv: Sequence[Union[str, dict[str, str]]], port: Union[int, str]) -> list[str]:
+    """Replace the controller's {"slot": "port"} placeholders with the port chosen on the host."""
+    return [str(port) if isinstance(a, dict) and a.get("slot") == "port" else str(a) for a in argv]
+
+
+def connectable_host(host: str) -> str:
+    """Where a client reaches a server that listens on `host` (a wildcard address means this machine)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def http_url(host: str, port: Union[int, str], path: str) -> str:
+    host = connectable_host(host)
+    return "http://%s:%s%s" % (host if ":" not in host else "[%s]" % host, port, path)

@@ -1,0 +1,72 @@
+"""The agent's link to the controller: typed events out on stdout, commands in on stdin.
+
+A thread reads stdin: `ping` keeps the heartbeat fresh (and `echo` answers with the host's clock),
+`abort` asks for a clean stop, end of input means the controller is gone — the dead man's switch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Optional
+
+from ..protocol import Alive, Event, Pong, Spec, encode
+
+
+class Link:
+    def __init__(self) -> None:
+        self._out_lock = threading.Lock()
+        self.wake = threading.Event()  # set whenever something happened that a waiting stage should see
+        self.abort_reason: Optional[str] = None
+        self.last_heard = time.monotonic()
+        self.closed = False
+
+    def send(self, event: Event) -> None:
+        if self.closed:
+            return
+        data = json.dumps(encode(event), default=str) + "\n"
+        with self._out_lock:
+            try:
+                sys.stdout.write(data)
+                sys.stdout.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.closed = True
+                self.abort("controller-gone")
+
+    def abort(self, reason: str) -> None:
+        if self.abort_reason is None:
+            self.abort_reason = reason
+        self.wake.set()
+
+    def read_spec(self) -> Spec:
+        line = sys.stdin.readline()
+        if not line:
+            raise SystemExit(3)
+        return Spec.decode(json.loads(line))
+
+    def keep_alive(self, interval: float) -> None:
+        """A line every `interval` seconds, so the controller can tell a quiet agent from a lost link."""
+        def run() -> None:
+            while not self.closed:
+                time.sleep(interval)
+                self.send(Alive())
+
+        threading.Thread(target=run, name="alive", daemon=True).start()
+
+    def watch_stdin(self) -> None:
+        def run() -> None:
+            for line in sys.stdin:
+                self.last_heard = time.monotonic()
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("cmd") == "abort":
+                    self.abort("aborted")
+                elif msg.get("cmd") == "ping" and msg.get("echo") is not None:
+                    self.send(Pong(echo=msg["echo"], host_time=time.time()))
+            self.abort("controller-gone")
+
+        threading.Thread(target=run, name="stdin", daemon=True).start()

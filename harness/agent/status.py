@@ -1,0 +1,59 @@
+"""Looking at a host without changing it (`harness status`), and ending a journal's server on recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from .gpu import gpu_apps, query_gpus
+from .hostio import read_json
+from .lock import RepoLock
+from .procs import group_members, marked_pids, proc_stat, stop_group
+from .tree import Git, Journal
+
+
+def host_status(repo: str, env: dict[str, str]) -> dict[str, Any]:
+    """What is going on in a target repo: its lock, a leftover journal, the GPUs."""
+    out: dict[str, Any] = {"repo": repo, "exists": os.path.isdir(repo)}
+    git = Git(repo)
+    gitdir = git.gitdir() if out["exists"] else None
+    if gitdir is None:
+        return out
+    hdir = os.path.join(gitdir, "harness")
+    out["lock"] = RepoLock(hdir).probe()
+    try:
+        out["journal"] = read_json(os.path.join(hdir, "journal.json"))
+    except (OSError, ValueError):
+        out["journal"] = None
+    out["gpus"] = query_gpus(env)
+    apps = gpu_apps(env)
+    out["gpu_apps"] = {str(pid): mib for pid, mib in apps.items()} if apps is not None else None
+    head = git("rev-parse", "--verify", "-q", "HEAD", check=False)
+    out["head"] = head.stdout.decode().strip() or None  # None: a repo without commits
+    out["dirty"] = [path for _, path in git.status_entries()]
+    return out
+
+
+def stop_recorded_server(journal: Journal, grace: float) -> dict[str, Any]:
+    """Recovery: end the journal's server only if that pid is still the same process (start time)."""
+    srv = journal.get("server")
+    if not srv:
+        return {"state": "never-launched"}
+    st = proc_stat(int(srv["pid"]))
+    same = st is not None and srv.get("start") is not None and st[3] == int(srv["start"])
+    marker = journal.get("marker", "")
+    if not same and not group_members(int(srv["pgid"])) and not marked_pids(marker):
+        return {"state": "already-gone"}
+    if not same:
+        # The leader is gone or its pid was reused: only the marker proves which processes are ours.
+        pids = marked_pids(marker)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return {"state": "killed-marked", "pids": pids}
+    info: dict[str, Any] = stop_group(None, int(srv["pgid"]), marker, grace)
+    info["state"] = "stopped"
+    return info

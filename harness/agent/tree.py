@@ -1,0 +1,287 @@
+"""The target tree: git, the patch plan, the journal, apply, revert and verify.
+
+The promise kept here: the tree is left byte for byte as it was found. The journal (under `.git/`, so
+the tree stays clean) is written before the first byte changes and lists exactly what to restore from
+the base commit and what to delete; revert restores exactly that — never a blanket `git clean`, which
+would delete the user's own files — then compares git's tree hash of tracked plus untracked-not-ignored
+files with the one taken before. Only a verified revert removes the journal.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Dict, Optional
+
+from ..protocol import FileEntry, PatchEntry
+from .errors import StageFailed
+from .hostio import read_json, run, write_json_atomic
+
+Journal = Dict[str, Any]
+GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
+
+
+class Git:
+    def __init__(self, repo: str) -> None:
+        self.repo = repo
+
+    def __call__(self, *args: str, env: Optional[Mapping[str, str]] = None, check: bool = True,
+                 input_bytes: Optional[bytes] = None) -> Any:
+        full_env = None
+        if env:
+            full_env = dict(os.environ)
+            full_env.update(env)
+        p = run(["git", "-C", self.repo] + list(args), env=full_env, input_bytes=input_bytes)
+        if check and p.returncode != 0:
+            raise StageFailed("preflight-failed", "git %s failed: %s" % (
+                " ".join(args[:3]), p.stderr.decode(errors="replace").strip()[-1500:]))
+        return p
+
+    def out(self, *args: str, **kw: Any) -> str:
+        return self(*args, **kw).stdout.decode(errors="surrogateescape")
+
+    def gitdir(self) -> Optional[str]:
+        p = self("rev-parse", "--absolute-git-dir", check=False)
+        return p.stdout.decode().strip() if p.returncode == 0 else None
+
+    def status_entries(self) -> list[tuple[str, str]]:
+        """Dirty paths (tracked changes and untracked-not-ignored files), from porcelain v1 -z."""
+        raw = self.out("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        return [(entry[:2], entry[3:]) for entry in raw.split("\0") if len(entry) > 3]
+
+    def tracked(self, paths: Sequence[str]) -> set[str]:
+        if not paths:
+            return set()
+        p = self("ls-files", "-z", "--", *paths)
+        return set(x for x in p.stdout.decode(errors="surrogateescape").split("\0") if x)
+
+    def tree_state(self, scratch_dir: str) -> str:
+        """Content hash of the work tree: tracked files plus untracked files that are not ignored.
+
+        Built with a throw-away index (the real one is never touched), so it is git's own tree hash of
+        exactly what is on disk; two equal hashes mean byte-identical trees (modes included).
+        """
+        index = os.path.join(scratch_dir, "tree-index-%d" % os.getpid())
+        try:
+            real = os.path.join(self.out("rev-parse", "--absolute-git-dir").strip(), "index")
+            if os.path.exists(real):
+                shutil.copyfile(real, index)
+            env = {"GIT_INDEX_FILE": index}
+            self("add", "-A", "--", ".", env=env)
+            return self.out("write-tree", env=env).strip()
+        finally:
+            if os.path.exists(index):
+                os.remove(index)
+
+
+def numstat_paths(raw: str) -> set[str]:
+    """Paths from `git apply --numstat -z` (renames come as an empty field then old\\0new)."""
+    out: set[str] = set()
+    parts = raw.split("\0")
+    i = 0
+    while i < len(parts):
+        fields = parts[i].split("\t")
+        if len(fields) >= 3 and fields[2] == "" and i + 2 < len(parts):
+            out.update((parts[i + 1], parts[i + 2]))
+            i += 3
+            continue
+        if len(fields) >= 3:
+            out.add(fields[2])
+        i += 1
+    return out
+
+
+def unsafe_path(rel: str) -> bool:
+    return rel.startswith("/") or ".." in rel.split("/") or rel.split("/")[0] == ".git"
+
+
+class Tree:
+    """One target repo: its git, its journal file, and a scratch folder outside the tree."""
+
+    def __init__(self, repo: str, scratch_dir: str) -> None:
+        self.repo = repo
+        self.git = Git(repo)
+        self.scratch_dir = scratch_dir
+        self.harness_dir: Optional[str] = None
+        self.journal_path: Optional[str] = None
+
+    def open(self) -> str:
+        """Check the repo, make `.git/harness/`; return that folder."""
+        if not os.path.isdir(self.repo):
+            raise StageFailed("preflight-failed", "target repo %s does not exist on the host" % self.repo)
+        gitdir = self.git.gitdir()
+        if gitdir is None:
+            raise StageFailed("preflight-failed", "%s is not a git repository" % self.repo)
+        self.harness_dir = os.path.join(gitdir, "harness")
+        os.makedirs(self.harness_dir, exist_ok=True)
+        self.journal_path = os.path.join(self.harness_dir, "journal.json")
+        return self.harness_dir
+
+    # ------------------------------------------------------------------ before
+
+    def head(self) -> str:
+        return self.git.out("rev-parse", "HEAD").strip()
+
+    def check_base(self, base_ref: Optional[str], head: str) -> None:
+        if not base_ref:
+            return
+        p = self.git("rev-parse", "--verify", base_ref + "^{commit}", check=False)
+        want = p.stdout.decode().strip()
+        if p.returncode != 0:
+            raise StageFailed("preflight-failed", "base_ref %r is not known in %s" % (base_ref, self.repo))
+        if want != head:
+            raise StageFailed("preflight-failed", "HEAD is %s but the experiment pins base_ref %r = %s"
+                              % (head[:12], base_ref, want[:12]))
+
+    def dirty_paths(self, allow: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(every dirty path, those no allow-list glob covers); refuse the latter."""
+        dirty = [p for _, p in self.git.status_entries()]
+        unexpected = [p for p in dirty if not any(fnmatch.fnmatch(p, g) for g in allow)]
+        if unexpected:
+            raise StageFailed("preflight-failed", "target tree %s is not clean; %d dirty path(s): %s" % (
+                self.repo, len(unexpected), ", ".join(unexpected[:30])), dirty=unexpected)
+        return dirty, unexpected
+
+    def plan(self, patches: list[PatchEntry], files: list[FileEntry], dirty_before: list[str],
+             patch_dir: str, head: str) -> dict[str, Any]:
+        """Write the patches out, check they apply (changing nothing), learn every path they touch."""
+        os.makedirs(patch_dir, exist_ok=True)
+        patch_paths = []
+        for i, p in enumerate(patches):
+            path = os.path.join(patch_dir, "%02d-%s-%s" % (i, p.set, p.name))
+            with open(path, "w") as f:
+                f.write(p.text)
+            patch_paths.append(path)
+        touched: set[str] = set()
+        if patch_paths:
+            check = self.git("apply", "--check", "--whitespace=nowarn", *patch_paths, check=False)
+            if check.returncode != 0:
+                raise StageFailed("apply-failed", self._name_failing_patch(patches, patch_paths, head, check.stderr))
+            touched.update(numstat_paths(self.git.out("apply", "--numstat", "-z", *patch_paths)))
+        for entry in files:
+            if unsafe_path(entry.path):
+                raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
+            touched.add(entry.path)
+        tracked = self.git.tracked(sorted(touched))
+        clash = sorted(touched & set(dirty_before))
+        if clash:
+            raise StageFailed("preflight-failed", "patches touch paths that are dirty (allow-listed) in the "
+                              "target tree: %s" % ", ".join(clash))
+        delete = sorted(touched - tracked)
+        for rel in delete:
+            if os.path.lexists(os.path.join(self.repo, rel)):
+                raise StageFailed("apply-failed", "would overwrite %s, which exists but is not tracked by git "
+                                  "(your file? move it away first)" % rel)
+        created_dirs = set()
+        for rel in delete:
+            d = os.path.dirname(rel)
+            while d and not os.path.isdir(os.path.join(self.repo, d)):
+                created_dirs.add(d)
+                d = os.path.dirname(d)
+        return {"patch_paths": patch_paths, "files": files, "restore": sorted(touched & tracked), "delete": delete,
+                "created_dirs": sorted(created_dirs, key=lambda d: -d.count("/"))}
+
+    def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
+        """Patches apply as a series: find the first one that does not, so the message can name it."""
+        culprit = None
+        for k in range(1, len(paths) + 1):
+            p = self.git("apply", "--check", "--whitespace=nowarn", *paths[:k], check=False)
+            if p.returncode != 0:
+                culprit, err = patches[k - 1], p.stderr
+                break
+        where = "patch set %s, %s" % (culprit.set, culprit.name) if culprit else "the patches"
+        return "%s does not apply to %s at %s:\n%s" % (where, self.repo, head[:12],
+                                                       err.decode(errors="replace").strip()[-3000:])
+
+    # ------------------------------------------------------------------ apply
+
+    def new_journal(self, identity: Mapping[str, Any], base: str, tree_before: str, dirty_before: list[str],
+                    plan: Mapping[str, Any]) -> Journal:
+        journal = dict(identity)
+        journal.update({"version": 1, "agent_pid": os.getpid(), "repo": self.repo, "base_commit": base,
+                        "tree_before": tree_before, "dirty_before": dirty_before, "restore": plan["restore"],
+                        "delete": plan["delete"], "created_dirs": plan["created_dirs"], "server": None,
+                        "state": "applying", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        return journal
+
+    def save(self, journal: Journal) -> None:
+        assert self.journal_path is not None
+        write_json_atomic(self.journal_path, journal)
+
+    def apply(self, journal: Journal, plan: Mapping[str, Any]) -> None:
+        """All or nothing: the journal first, then git apply (which writes nothing when it fails)."""
+        self.save(journal)  # before the first byte changes
+        if plan["patch_paths"]:
+            p = self.git("apply", "--whitespace=nowarn", *plan["patch_paths"], check=False)
+            if p.returncode != 0:
+                raise StageFailed("apply-failed", "git apply failed:\n" + p.stderr.decode(errors="replace")[-3000:])
+        for entry in plan["files"]:
+            dest = os.path.join(self.repo, entry.path)
+            os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(base64.b64decode(entry.content_b64))
+            os.chmod(dest, int(entry.mode))
+        # Cross-check with git: anything changed that the journal does not cover is added to it.
+        changed = set(p for _, p in self.git.status_entries()) - set(journal["dirty_before"])
+        extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
+        if extra:
+            tracked = self.git.tracked(extra)
+            journal["restore"] = sorted(set(journal["restore"]) | (set(extra) & tracked))
+            journal["delete"] = sorted(set(journal["delete"]) | (set(extra) - tracked))
+        journal["state"] = "applied"
+        self.save(journal)
+
+    def compile_errors(self, journal: Journal) -> tuple[list[str], list[str]]:
+        """(patched or new .py files, those that do not compile under the host's Python)."""
+        errors = []
+        paths = [p for p in journal["restore"] + journal["delete"] if p.endswith(".py")]
+        for rel in paths:
+            path = os.path.join(self.repo, rel)
+            if not os.path.exists(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    compile(f.read(), rel, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                errors.append("%s: %s" % (rel, exc))
+        return paths, errors
+
+    # ------------------------------------------------------------------ revert and verify
+
+    def revert(self, journal: Journal) -> dict[str, Any]:
+        """Restore exactly what the journal lists; then verify the tree hash. Only a verified revert
+        removes the journal: an unverified one keeps it, so the next preflight refuses this tree."""
+        restore = journal.get("restore") or []
+        for i in range(0, len(restore), GIT_CHUNK):
+            self.git("checkout", journal["base_commit"], "--", *restore[i:i + GIT_CHUNK])
+        for rel in journal.get("delete") or []:
+            path = os.path.join(self.repo, rel)
+            if os.path.lexists(path) and not os.path.isdir(path):
+                os.remove(path)
+        for rel in journal.get("created_dirs") or []:
+            try:
+                os.rmdir(os.path.join(self.repo, rel))
+            except OSError:
+                pass
+        os.makedirs(self.scratch_dir, exist_ok=True)
+        after = self.git.tree_state(self.scratch_dir)
+        verified = after == journal["tree_before"]
+        diff: list[str] = []
+        if verified:
+            assert self.journal_path is not None
+            os.remove(self.journal_path)
+        else:
+            p = self.git("diff", "--name-only", journal["tree_before"], after, check=False)
+            diff = [x for x in p.stdout.decode(errors="replace").splitlines() if x]
+        return {"verified": verified, "tree_before": journal["tree_before"], "tree_after": after, "diff": diff}
+
+    def leftover_journal(self) -> Optional[Journal]:
+        assert self.journal_path is not None
+        if not os.path.exists(self.journal_path):
+            return None
+        data = read_json(self.journal_path)
+        return data if isinstance(data, dict) else None
