@@ -7,6 +7,7 @@ Exit codes: 0 every attempt ended with a record (whatever its status); 2 configu
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tempfile
 import traceback
@@ -27,7 +28,7 @@ from .project import bundled_dir, default_hosts_file, default_patches_dir
 from .protocol import Status
 from .resolve import resolve
 from .results import Record, ResultsStore, new_run_id
-from .runner import AttemptOutcome, run_attempt
+from .runner import AttemptOutcome, run_attempt_in_foreground
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -78,7 +79,8 @@ def run(
         store = ResultsStore(results_dir)
         run_id = new_run_id()
         with AttemptProgress(out) as progress:
-            outcome = run_attempt(resolved, name, host_cfg, store, run_id, reporter=progress, lock_wait_s=wait)
+            outcome = run_attempt_in_foreground(resolved, name, host_cfg, store, run_id, reporter=progress,
+                                                    lock_wait_s=wait)
         _print_outcomes([outcome])
         if outcome.record.status == Status.INFRA_ERROR:  # the host could not be used (e.g. another harness holds it)
             raise typer.Exit(3)
@@ -557,11 +559,33 @@ class _errors:
         return False
 
 
+# SIGTERM (a CI timeout, `timeout`, systemd) and SIGHUP (a closed terminal) end a run the way Ctrl-C does:
+# the server is stopped, the tree reverted and an `aborted` record written with every metric measured so
+# far; the exit code then says which signal it was (128 + its number).
+_signalled: int | None = None
+
+
+def _as_interrupt(signum: int, frame: object) -> None:
+    global _signalled
+    _signalled = signum
+    raise KeyboardInterrupt
+
+
+def _exit_code(code: str | int | None) -> str | int | None:
+    if _signalled is not None and code == EXIT_INTERRUPTED:
+        return 128 + _signalled
+    return code
+
+
 def main() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _as_interrupt)
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(_exit_code(EXIT_INTERRUPTED))
+    except SystemExit as exc:
+        sys.exit(_exit_code(exc.code))
 
 
 if __name__ == "__main__":

@@ -336,6 +336,8 @@ class Final(Event):
     bench_files: Optional[dict[str, str]] = None
     profile_files: Optional[list[str]] = None
     profile_error: Optional[str] = None
+    # sha256 of every file in the attempt's folder on the host: the controller checks what it fetched
+    artifacts: Optional[Dict[str, str]] = None
     # revert
     revert: Optional[dict[str, Any]] = None
     # status mode: what is going on in the target repo

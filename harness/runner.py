@@ -3,13 +3,14 @@ artifacts and write exactly one record — whatever happens, including Ctrl-C an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .config import HostConfig
 from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted
@@ -96,6 +97,39 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     if follow.interrupted:
         raise Interrupted(f"interrupted; attempt {label} stopped and reverted, record in {directory}")
     return outcome
+
+
+def run_attempt_in_foreground(*args: Any, **kwargs: Any) -> AttemptOutcome:
+    """`run_attempt` for a command line: the attempt runs in a worker thread, so an interrupt (Ctrl-C,
+    SIGTERM, SIGHUP — all raised as KeyboardInterrupt in the main thread) can never land between reading
+    an event and recording it. The first interrupt cancels (stop, revert, record); a second detaches."""
+    cancel = threading.Event()
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["outcome"] = run_attempt(*args, cancel=cancel, **kwargs)
+        except BaseException as exc:  # handed to the main thread as it is
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="attempt", daemon=True).start()
+    try:
+        while not done.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        cancel.set()
+        try:
+            while not done.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted twice; the agent on the host stops the server and reverts by itself "
+                              "(its dead man's switch)") from None
+    if "error" in box:
+        raise box["error"]
+    return box["outcome"]
 
 
 def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
@@ -270,6 +304,7 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
             wanted.append((path, "profile/" + path.rsplit("/", 1)[-1]))
     if final.get("stack_dump"):
         wanted.append((final["stack_dump"], "stack-dump.txt"))
+    expected = final.get("artifacts") or {}
     missing = []
     for remote, local in wanted:
         try:
@@ -277,5 +312,18 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
         except OSError:
             missing.append(remote)
             (directory / local).unlink(missing_ok=True)  # never keep half a file
+            continue
+        # Byte for byte what the host has: a transfer that changed a byte is no copy at all.
+        if remote in expected and _sha256(directory / local) != expected[remote]:
+            missing.append(f"{remote} (arrived with another sha256 than the host's)")
+            (directory / local).unlink()
     if missing:
         final.setdefault("fetch_missing", missing)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,14 +1,15 @@
 """Transport: one interface to a host, two implementations — SSH (Fabric/Paramiko) and local.
 
-Everything runs from an argv list; the SSH side joins it with `shlex.quote`, the local side never uses
-a shell, so no string from a YAML file is ever interpreted by a shell. Third-party errors are mapped to
+Everything runs from an argv list; the SSH side encodes it so that any login shell passes it unchanged
+(`remote_command`), the local side never uses a shell, so no string from a YAML file is ever
+interpreted by a shell. Third-party errors are mapped to
 the harness's own tree here, at the edge (`HostUnreachable`, `HostAuthError`, `HostKeyError`).
 """
 
 from __future__ import annotations
 
+import base64
 import os
-import shlex
 import shutil
 import subprocess
 import threading
@@ -21,6 +22,20 @@ from typing import IO
 from .config import HostConfig
 from .errors import HostAuthError, HostError, HostKeyError, HostUnreachable, RemoteCommandError
 
+# What the remote login shell executes: the host's Python with this one-line program, which decodes the
+# real argv (each element base64, so only [A-Za-z0-9+/=]) and execs it. Every word is single-quoted and
+# holds no quote, backslash, `!` or newline, so sh, bash, zsh, csh, tcsh and fish all pass it unchanged.
+BOOTSTRAP = "import os,sys,base64;a=[base64.b64decode(x).decode() for x in sys.argv[1:]];os.execvp(a[0],a)"
+SHELL_HOSTILE = ("'", "\\", "!", "\n")
+
+
+def remote_command(python: str, argv: list[str]) -> str:
+    """The command line for an SSH exec channel that means `argv` whatever the user's login shell is."""
+    if any(c in python for c in SHELL_HOSTILE):
+        raise ValueError(f"the host's python path {python!r} contains a quote, backslash, '!' or newline")
+    words = [python, "-c", BOOTSTRAP] + [base64.b64encode(a.encode()).decode() for a in argv]
+    return " ".join(f"'{w}'" for w in words)
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -28,6 +43,7 @@ class CommandResult:
     exit_code: int
     stdout: str
     stderr: str
+    stdout_bytes: bytes = b""  # byte-exact, for file transfers
 
 
 class RemoteProcess(ABC):
@@ -277,7 +293,7 @@ class SSHTransport(Transport):
         try:
             chan = self._conn.transport.open_session(timeout=timeout)
             chan.settimeout(timeout)
-            chan.exec_command(shlex.join(argv))
+            chan.exec_command(self._command(argv))
             chan.shutdown_write()
             stdout, stderr = bytearray(), bytearray()
             while not (chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()):
@@ -293,14 +309,15 @@ class SSHTransport(Transport):
             return CommandResult(argv, 124, "", f"timed out after {timeout}s")
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise HostUnreachable(self.name, f"connection lost: {exc}") from None
-        return CommandResult(argv, code, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+        return CommandResult(argv, code, stdout.decode(errors="replace"), stderr.decode(errors="replace"),
+                             bytes(stdout))
 
     def start(self, argv: list[str]) -> RemoteProcess:
         import paramiko
 
         try:
             chan = self._conn.transport.open_session()
-            chan.exec_command(shlex.join(argv))
+            chan.exec_command(self._command(argv))
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise HostUnreachable(self.name, f"connection lost: {exc}") from None
         return _SSHProcess(chan)
@@ -337,10 +354,16 @@ class SSHTransport(Transport):
         except paramiko.SSHException:
             pass
         r = self.run([self.host.python, "-c", "import sys;sys.stdout.buffer.write(open(sys.argv[1],'rb').read())",
-                      remote], check=False)
+                      remote], check=False, timeout=600)
         if r.exit_code != 0:
             raise OSError(f"cannot fetch {remote}: {r.stderr[-300:]}")
-        local.write_text(r.stdout)
+        local.write_bytes(r.stdout_bytes)
+
+    def _command(self, argv: list[str]) -> str:
+        try:
+            return remote_command(self.host.python, argv)
+        except ValueError as exc:
+            raise HostError(self.name, str(exc), hint="set `python:` in hosts.yaml to a plain path") from None
 
     def close(self) -> None:
         self._conn.close()

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from ..protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec
 from .attempt import Attempt
+from .hostio import file_hashes
 from .link import Link
 from .procs import become_subreaper
 from .status import host_status
@@ -21,6 +22,7 @@ def final_report(result: dict[str, Any], attempt: Optional[Attempt] = None, link
     """The result as the typed final event; a key `Final` does not declare is a bug here, not data."""
     body = dict(result)
     if attempt is not None:
+        body["artifacts"] = file_hashes(attempt.attempt_dir, skip=("patches",))
         body["timings"] = attempt.timings
         body["attempt_dir"] = attempt.attempt_dir
         body["server_log"] = attempt.log_path if os.path.exists(attempt.log_path) else None

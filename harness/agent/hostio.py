@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -72,3 +73,20 @@ def connectable_host(host: str) -> str:
 def http_url(host: str, port: Union[int, str], path: str) -> str:
     host = connectable_host(host)
     return "http://%s:%s%s" % (host if ":" not in host else "[%s]" % host, port, path)
+
+
+def file_hashes(root: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """{absolute path: sha256} of every regular file under `root` (folders named in `skip` left out)."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not (dirpath == root and d in skip)]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            out[path] = h.hexdigest()
+    return out

@@ -209,6 +209,39 @@ def test_ctrl_c_aborts_reverts_and_exits_130(tmp_path, sim_target):
     assert marked_processes(rec["run_id"]) == []
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_stops_reverts_and_keeps_the_cases_already_measured(tmp_path, sim_target, sig, code):
+    """A CI timeout (SIGTERM) or a closed terminal (SIGHUP) is handled like Ctrl-C: nothing left running,
+    the tree restored, and an `aborted` record that still holds the benchmark cases that finished."""
+    before = tree_snapshot(sim_target.repo)
+    hosts_file(tmp_path, {"address": "local", "repo": str(sim_target.repo), "python": str(sim_target.python),
+                          "workdir": str(tmp_path / "work")})
+    f = write_experiment(tmp_path, "two-cases", free_port(), backend="flashinfer-mla",
+                         bench=[{"name": "short", "num_prompts": 2, "input_len": 16, "output_len": 8,
+                                 "max_concurrency": 1},
+                                {"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64,
+                                 "max_concurrency": 1}])
+    proc = subprocess.Popen(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if line.rstrip().endswith(": bench"):
+            break
+    # The agent starts the long case's client (and its log) only after it reported the short case's
+    # result; the log is a file on the host, not an event the test could await.
+    t0 = time.monotonic()
+    while not any((tmp_path / "work").rglob("bench-long.log")):
+        assert time.monotonic() - t0 < 60, "the long case never started"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    rest = proc.stdout.read()
+    assert proc.wait(30) == code, rest
+    rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
+    assert rec["status"] == "aborted" and rec["revert"]["verified"]
+    assert rec["metrics"]["short"]["completed"] == 2, "a finished case was lost"
+    assert tree_snapshot(sim_target.repo) == before
+    assert marked_processes(rec["run_id"]) == []
+
+
 def test_sim_init_prints_interpreter(tmp_path):
     p = harness("sim", "init", str(tmp_path / "t"), "--arch", "sm100", cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -32,6 +32,7 @@ class SSHServer:
     address: str = "127.0.0.1"
     port: int = 0
     extra_config: str = ""
+    sftp: bool = True  # False: a host without the SFTP subsystem (transfers go through exec channels)
     proc: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -66,7 +67,8 @@ class SSHServer:
             f"AuthorizedKeysFile {self.authorized_keys}\nPidFile {self.root / 'sshd.pid'}\n"
             "StrictModes no\nUsePAM no\nPermitRootLogin yes\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nMaxStartups 100:30:200\n"
-            "MaxSessions 50\nLogLevel INFO\nSubsystem sftp /usr/lib/openssh/sftp-server\n" + self.extra_config
+            "MaxSessions 50\nLogLevel INFO\n"
+            + ("Subsystem sftp /usr/lib/openssh/sftp-server\n" if self.sftp else "") + self.extra_config
         )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation dir
         return self

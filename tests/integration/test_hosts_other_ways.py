@@ -1,0 +1,137 @@
+"""The promises on hosts configured other ways than ours: an sshd without the SFTP subsystem, a user
+whose login shell is tcsh. Real sshds on loopback, started by the tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.config import HostConfig, load_experiment
+from harness.resolve import resolve
+from harness.results import ResultsStore, load_record, new_run_id
+from harness.runner import run_attempt
+from harness.sim import init_target
+from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.support.sshd import SSHServer, free_port
+
+pytestmark = pytest.mark.integration
+PROJECT = Path(__file__).resolve().parents[2]
+BENCH = [{"name": "bs1", "num_prompts": 2, "input_len": 16, "output_len": 8, "max_concurrency": 1}]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def raw_bytes_patch(tmp_path: Path) -> Path:
+    """A patch set whose server prints bytes that are not UTF-8 (a latin-1 path, a binary blob) to its log."""
+    scratch = init_target(tmp_path / "scratch")
+    ls = scratch.repo / "python/sglang/launch_server.py"
+    ls.write_text("import sys\nsys.stdout.buffer.write(b'model at /mnt/caf\\xe9 \\xff\\xfe\\x00 blob\\n')\n"
+                  "sys.stdout.flush()\n" + ls.read_text())
+    diff = subprocess.run(["git", "-C", str(scratch.repo), "diff"], capture_output=True, text=True).stdout
+    (tmp_path / "patches" / "raw_bytes").mkdir(parents=True)
+    (tmp_path / "patches" / "raw_bytes" / "0001.patch").write_text(diff)
+    return tmp_path / "patches"
+
+
+@pytest.fixture
+def sshd_without_sftp(tmp_path):
+    server = SSHServer(tmp_path / "sshd-nosftp", sftp=False).start()
+    yield server
+    server.stop()
+
+
+def test_without_sftp_every_artifact_arrives_byte_for_byte(tmp_path, sim_target, sshd_without_sftp):
+    patches = raw_bytes_patch(tmp_path)
+    for name in ("sim_fp8_kv_into_mla_plan", "sim_flashinfer_mla_gather_cast"):
+        shutil.copytree(PATCHES / name, patches / name)
+    before = tree_snapshot(sim_target.repo)
+    host = HostConfig(**sshd_without_sftp.host_entry(), repo=str(sim_target.repo), python=str(sim_target.python),
+                      gpus=8, arch="sm90", workdir=str(tmp_path / "work"))
+    f = write_experiment(tmp_path, "nosftp", free_port(), backend="flashinfer-mla", patches=["raw_bytes"],
+                         bench=BENCH, profile={"steps": 2}, server={"tp": 2})
+    out = run_attempt(resolve(load_experiment(f), f, patches), "nosftp", host, ResultsStore(tmp_path / "results"),
+                      new_run_id())
+    rec = load_record(out.directory / "record.json")
+    assert rec.status == "ok", rec.error
+    assert rec.fetch_missing is None
+    host_dir = next((tmp_path / "work" / "attempts").rglob("server.log")).parent
+    fetched = [p for p in out.directory.rglob("*") if p.is_file() and p.name != "record.json"]
+    gz = [p for p in fetched if p.name.endswith(".trace.json.gz")]
+    assert gz and (out.directory / "server.log") in fetched and any(p.suffix == ".jsonl" for p in fetched)
+    assert b"caf\xe9 \xff\xfe\x00 blob" in (out.directory / "server.log").read_bytes()
+    for p in fetched:
+        original = host_dir / p.name if p.parent == out.directory else host_dir / "profile" / p.name
+        assert sha256(p) == sha256(original), f"{p.name} changed in transit"
+    assert tree_snapshot(sim_target.repo) == before and not marked_processes(rec.run_id)
+
+
+# ============================================================================ another login shell
+
+
+@pytest.fixture(scope="module")
+def tcsh_user():
+    """A user whose login shell is tcsh (its quoting differs from sh: a quoted newline is an error)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a user with another login shell needs root")
+    if not shutil.which("tcsh") or not shutil.which("useradd"):
+        pytest.skip("tcsh or useradd is not installed (scripts/test installs tcsh)")
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("the user needs a Python outside /root: /usr/bin/python3 is missing")
+    name = f"hx{uuid.uuid4().hex[:6]}"
+    home = Path(tempfile.mkdtemp(prefix="harness-tcsh-home-"))
+    # '*': no password, but not a locked account (sshd refuses locked ones).
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", shutil.which("tcsh"),
+                    "--password", "*", name], check=True)
+    pw = pwd.getpwnam(name)
+    os.chown(home, pw.pw_uid, pw.pw_gid)
+    home.chmod(0o755)
+    # sshd reads authorized_keys as the user: this sshd's files live where the user can read them.
+    sshd_dir = Path(tempfile.mkdtemp(prefix="harness-tcsh-sshd-"))
+    sshd_dir.chmod(0o755)
+    server = SSHServer(sshd_dir / "sshd").start()
+    server.root.chmod(0o755)
+    server.authorized_keys.chmod(0o644)
+    try:
+        yield name, home, server
+    finally:
+        server.stop()
+        subprocess.run(["userdel", name], check=False)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(sshd_dir, ignore_errors=True)
+
+
+def as_user(user: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_a_user_whose_login_shell_is_tcsh_runs_an_attempt_and_the_host_is_left_as_found(tmp_path, tcsh_user):
+    user, home, sshd = tcsh_user
+    target_dir = home / f"sglang-{uuid.uuid4().hex[:6]}"
+    # The target as that user makes it, with a Python that user can run (root's pyenv is not readable).
+    made = as_user(user, "/usr/bin/python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                   "from harness.sim import init_target; print(init_target(sys.argv[2]).python)",
+                   str(PROJECT), str(target_dir))
+    assert made.returncode == 0, made.stderr
+    python = made.stdout.strip().splitlines()[-1]
+    before = tree_snapshot(target_dir)
+    host = HostConfig(**sshd.host_entry(user=user), repo=str(target_dir), python=python, gpus=8, arch="sm90",
+                      workdir=str(home / "work"))
+    f = write_experiment(tmp_path, "tcsh", free_port(), backend="flashinfer-mla", patches=["sim_fp8_kv_into_mla_plan"],
+                         server={"kv_cache_dtype": "auto"}, bench=BENCH)
+    out = run_attempt(resolve(load_experiment(f), f, PATCHES), "tcsh-box", host, ResultsStore(tmp_path / "results"),
+                      new_run_id())
+    rec = load_record(out.directory / "record.json")
+    assert rec.status == "ok", rec.error
+    assert rec.metrics["bs1"]["completed"] == 2
+    assert rec.revert is not None and rec.revert.verified
+    assert tree_snapshot(target_dir) == before and not marked_processes(rec.run_id)
