@@ -417,11 +417,12 @@ def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig]
     from .scheduler import Scheduler, write_run_file
 
     plan = plan_sweep(sweep_file, patches_dir, hosts)
-    write_run_file(store, run_id, plan, hosts)
-    out.print(f"run {run_id}: {len(plan.attempts)} attempts ({len(plan.experiments)} experiments) on "
-              f"{', '.join(hosts)}", highlight=False)
-    with SweepProgress(out, total=len(plan.attempts)) as progress:
-        outcome = Scheduler(plan, hosts, store, run_id, reporter=progress).run()
+    with store.lock_run(run_id):
+        write_run_file(store, run_id, plan, hosts)
+        out.print(f"run {run_id}: {len(plan.attempts)} attempts ({len(plan.experiments)} experiments) on "
+                  f"{', '.join(hosts)}", highlight=False)
+        with SweepProgress(out, total=len(plan.attempts)) as progress:
+            outcome = Scheduler(plan, hosts, store, run_id, reporter=progress).run()
     if outcome.skipped:
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
                   highlight=False)

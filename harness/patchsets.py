@@ -70,12 +70,14 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
     patches = []
     for p in patch_files:
         try:
-            text = p.read_text(encoding="utf-8")
+            # Bytes, then decode: reading as text would turn CRLF content into LF and the patch would
+            # no longer match a file that has CRLF line ends.
+            text = p.read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read patch: {exc}", file=p) from None
-        if "\n+++ " not in text and not text.startswith("+++ ") and "GIT binary patch" not in text:
-            raise ConfigError("not a unified diff (no '+++' header)", file=p,
-                              hint="make patches with `git diff` relative to the target repo root")
+        if not is_diff(text):
+            raise ConfigError("not a diff git can apply (no '+++' header, no `diff --git` rename or mode change)",
+                              file=p, hint="make patches with `git diff` relative to the target repo root")
         bad = [path for path in diff_paths(text) if not safe_relpath(path)]
         if bad:
             raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {', '.join(bad)}",
@@ -101,6 +103,18 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
 
 _HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+)|"
                      r"rename (?:from|to) (\S+)|copy (?:from|to) (\S+))", re.MULTILINE)
+
+
+_GIT_ONLY_CHANGE = re.compile(r"^(?:rename from |rename to |copy from |copy to |old mode |new mode |"
+                              r"deleted file mode |new file mode )", re.MULTILINE)
+
+
+def is_diff(text: str) -> bool:
+    """A diff `git apply` accepts: content hunks (`+++`), a binary patch, or a `diff --git` header with a
+    change that has no hunk — a pure rename or copy, a mode change, an empty new or deleted file."""
+    if re.search(r"^\+\+\+ ", text, re.MULTILINE) or "GIT binary patch" in text:
+        return True
+    return bool(re.search(r"^diff --git ", text, re.MULTILINE) and _GIT_ONLY_CHANGE.search(text))
 
 
 def diff_paths(text: str) -> set[str]:

@@ -11,12 +11,14 @@ naming the file and what to do — never a pydantic traceback.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import secrets
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -304,6 +306,28 @@ class ResultsStore:
 
     def write_record(self, attempt_dir: Path, record: Record) -> Path:
         return write_exclusive(attempt_dir / "record.json", record.to_json())
+
+    @contextmanager
+    def lock_run(self, run_id: str) -> Iterator[None]:
+        """One harness runs (or resumes) a run at a time: two `--resume` of one run would plan the same
+        attempts twice. Held for the whole sweep; the kernel drops it when the process dies."""
+        path = self.run_dir(run_id) / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise ResultsError(f"cannot lock run {run_id}: {exc}") from None
+            holder = path.read_text().strip() or "another process"
+            raise ResultsError(f"run {run_id} is being run by another harness ({holder})",
+                               hint="wait for it to finish, or stop it (Ctrl-C) and resume again") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
 
     def write_run(self, run: RunInfo) -> Path:
         """The run's run.json. Resuming replaces it: the plan may have changed (an edited patch), and the

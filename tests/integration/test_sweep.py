@@ -234,3 +234,30 @@ def test_sixteen_attempts_over_four_namespace_hosts(tmp_path, four_netns_hosts):
     assert all([r.status for r in v] == ["ok"] for v in by_key.values())
     used = {r.host for v in by_key.values() for r in v}
     assert used == set(four_netns_hosts), "every namespace host took work (same port 30000, separate loopbacks)"
+
+
+def test_a_second_harness_on_the_same_run_is_refused_at_once_and_nothing_is_duplicated(tmp_path):
+    """Two `--resume` of one run (two terminals, a cron job and a human) must not plan the same attempts
+    twice: the second one says who holds the run and changes nothing."""
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
+                                                                   hosts.items()}}))
+    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 40, "input_len": 16, "output_len": 24,
+                                 "max_concurrency": 1}])
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]})
+    argv = HARNESS + ["sweep", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir", str(PATCHES)]
+    first = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run_id = None
+    for line in first.stdout:
+        if line.startswith("run ") and run_id is None:
+            run_id = line.split()[1].rstrip(":")
+        if ": start " in line:
+            break
+    assert run_id is not None
+    second = subprocess.run(argv + ["--resume", run_id], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert second.returncode != 0
+    assert f"run {run_id} is being run by another harness (pid {first.pid}" in second.stderr
+    rest = first.communicate(timeout=300)[0]
+    assert first.returncode == 0, rest
+    by_key = ResultsStore(tmp_path / "results").records_by_key(run_id)
+    assert len(by_key) == 2 and all(len(v) == 1 for v in by_key.values()), "an attempt ran twice"

@@ -1,0 +1,86 @@
+"""Any diff `git apply` accepts is a patch set: pure renames, mode-only changes, CRLF content — read,
+applied through the agent (local transport, the apply-revert mode) and reverted byte for byte."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config import HostConfig, load_experiment
+from harness.errors import ConfigError
+from harness.patchsets import load_patch_set
+from harness.resolve import resolve
+from harness.runner import check_patches
+from tests.conftest import tree_snapshot
+
+pytestmark = pytest.mark.integration
+
+
+def git(repo: Path, *args: str) -> bytes:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    r = tmp_path / "target"
+    (r / "pkg").mkdir(parents=True)
+    (r / "pkg" / "old.py").write_text("".join(f"V{i} = {i}\n" for i in range(20)))
+    (r / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (r / "run.sh").chmod(0o755)
+    (r / "dos.txt").write_bytes(b"line one\r\nline two\r\n")  # CRLF content, stored as is
+    (r / ".gitattributes").write_text("dos.txt -text\n")
+    git(tmp_path, "init", "-q", str(r))
+    git(r, "add", "-A")
+    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
+    return r
+
+
+def make_patch(repo: Path, tmp_path: Path, name: str, edit) -> Path:
+    scratch = tmp_path / f"scratch-{name}"
+    subprocess.run(["git", "clone", "-q", str(repo), str(scratch)], check=True)
+    edit(scratch)
+    git(scratch, "add", "-A")
+    folder = tmp_path / "patches" / name
+    folder.mkdir(parents=True)
+    (folder / "0001.patch").write_bytes(git(scratch, "diff", "--cached", "-M"))
+    return folder / "0001.patch"
+
+
+SHAPES = {
+    "pure-rename": lambda s: (s / "pkg" / "old.py").rename(s / "pkg" / "new.py"),
+    "mode-only": lambda s: (s / "run.sh").chmod(0o644),
+    "crlf-content": lambda s: (s / "dos.txt").write_bytes(b"line one\r\nline 2\r\n"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, shape):
+    patch = make_patch(repo, tmp_path, shape, SHAPES[shape])
+    text = patch.read_bytes()
+    assert b"+++ " not in text or shape == "crlf-content"  # the shapes without a '+++' header really are
+    ps = load_patch_set(tmp_path / "patches", shape)
+    assert ps.patches[0].text.encode() == text, "the patch must travel byte for byte (CRLF included)"
+    before = tree_snapshot(repo)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "shape", "model": {"path": "/m"}, "patches": [shape]}))
+    host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
+    result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
+    assert result["status"] == "ok", result.get("error")
+    assert result["revert"]["verified"] is True
+    changed = set(result["changed_paths"]["restore"]) | set(result["changed_paths"]["delete"])
+    expected = {"pure-rename": {"pkg/old.py", "pkg/new.py"}, "mode-only": {"run.sh"},
+                "crlf-content": {"dos.txt"}}[shape]
+    assert changed == expected
+    assert tree_snapshot(repo) == before
+
+
+def test_text_that_is_no_diff_at_all_is_refused_naming_the_file(tmp_path):
+    folder = tmp_path / "patches" / "junk"
+    folder.mkdir(parents=True)
+    (folder / "0001.patch").write_text("just some notes\n--- not really\n")
+    with pytest.raises(ConfigError, match="not a diff") as exc:
+        load_patch_set(tmp_path / "patches", "junk")
+    assert "0001.patch" in str(exc.value)
