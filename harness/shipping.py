@@ -21,12 +21,20 @@ MIN_PYTHON = (3, 8)
 # A zip's own timestamps would change the hash on every checkout: every entry gets this one.
 FIXED_DATE = (2020, 1, 1, 0, 0, 0)
 ZIP_MAIN = b"import sys\nfrom harness.agent.__main__ import main\nsys.exit(main())\n"
+# Runs on the host before anything else: where the work dir is, whether it is writable, which agent
+# version is there, which Python this is. Any failure is reported as data, never as a traceback.
 PROBE = (
-    "import json,os,sys\n"
+    "import json,os,sys,tempfile\n"
     "w=os.path.abspath(os.path.expanduser(sys.argv[1]))\n"
-    "os.makedirs(w,exist_ok=True)\n"
     "p=os.path.join(w,sys.argv[2])\n"
-    "print(json.dumps({'workdir':w,'agent':p,'present':os.path.exists(p),"
+    "err=None\n"
+    "try:\n"
+    "    os.makedirs(w,exist_ok=True)\n"
+    "    with tempfile.TemporaryFile(dir=w) as f:\n"
+    "        f.write(b'x'*65536);f.flush();os.fsync(f.fileno())\n"
+    "except OSError as e:\n"
+    "    err=e.strerror or str(e)\n"
+    "print(json.dumps({'workdir':w,'agent':p,'present':os.path.exists(p),'error':err,"
     "'python':list(sys.version_info[:3])}))\n"
 )
 
@@ -68,6 +76,10 @@ def ensure_agent(t: Transport, host: HostConfig) -> str:
         info = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise HostError(t.name, f"unexpected answer from the host's Python: {r.stdout[-500:]!r}") from None
+    if info.get("error"):
+        raise HostError(t.name, f"the work dir {info['workdir']} on the host cannot be written: {info['error']}",
+                        hint="set `workdir:` for this host in hosts.yaml to a folder on a disk with room "
+                             "(agent, logs and bench output go there)")
     if tuple(info["python"]) < MIN_PYTHON:
         raise HostError(t.name, f"the host's Python is {'.'.join(map(str, info['python']))}; the agent needs "
                         f">= {'.'.join(map(str, MIN_PYTHON))}")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import HostConfig, load_experiment
+from harness.errors import HostError
 from harness.resolve import resolve
 from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
@@ -135,3 +136,52 @@ def test_a_user_whose_login_shell_is_tcsh_runs_an_attempt_and_the_host_is_left_a
     assert rec.metrics["bs1"]["completed"] == 2
     assert rec.revert is not None and rec.revert.verified
     assert tree_snapshot(target_dir) == before and not marked_processes(rec.run_id)
+
+
+# ============================================================================ a work dir that cannot be written
+
+
+def small_full_disk(tmp_path: Path) -> Path | None:
+    """A 1 MiB tmpfs filled to the last byte, or None where this machine does not let us mount one."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        return None
+    with open(mnt / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return mnt
+
+
+@pytest.mark.parametrize("case", ["not-a-directory", "disk-full"])
+def test_a_work_dir_that_cannot_be_written_is_a_clear_error_naming_it_and_changes_nothing(tmp_path, sim_target,
+                                                                                          sshd, case):
+    if case == "not-a-directory":
+        (tmp_path / "a-file").write_text("not a folder")
+        workdir = tmp_path / "a-file" / "harness"
+    else:
+        mnt = small_full_disk(tmp_path)
+        if mnt is None:
+            pytest.skip("mounting a small tmpfs needs root and a mount namespace that allows it")
+        workdir = mnt / "harness"
+    before = tree_snapshot(sim_target.repo)
+    try:
+        host = HostConfig(**sshd.host_entry(), repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
+                          arch="sm90", workdir=str(workdir))
+        f = write_experiment(tmp_path, "wd", free_port(), backend="flashinfer-mla", bench=BENCH)
+        with pytest.raises(HostError) as exc:
+            run_attempt(resolve(load_experiment(f), f, PATCHES), "box", host, ResultsStore(tmp_path / "results"),
+                        new_run_id())
+        message = str(exc.value)
+        assert f"the work dir {workdir} on the host cannot be written" in message
+        assert "`workdir:`" in message and "Traceback" not in message
+        assert tree_snapshot(sim_target.repo) == before
+        assert not (sim_target.repo / ".git" / "harness" / "journal.json").exists()
+    finally:
+        if case == "disk-full":
+            subprocess.run(["umount", str(tmp_path / "full")], check=False)
