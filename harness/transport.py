@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .config import HostConfig
 from .errors import HostAuthError, HostError, HostKeyError, HostUnreachable, RemoteCommandError
@@ -246,32 +246,28 @@ class SSHTransport(Transport):
         if config is not None:
             kwargs["config"] = config
         conn = fabric.Connection(**kwargs)
-        client = conn.client
-        # Fabric auto-adds unknown host keys by default; we refuse them unless the host opts in.
-        client.set_missing_host_key_policy(
-            _AcceptNewPolicy(h.known_hosts) if h.accept_new_host_key else paramiko.RejectPolicy())
-        # Fabric itself loads no known_hosts file at all: do it, so keys are really checked.
-        if h.known_hosts:
-            path = os.path.expanduser(h.known_hosts)
-            if os.path.exists(path):
-                client.load_host_keys(path)
-        else:
-            client.load_system_host_keys()
+        # The same host-key rules on every hop: the final host and each ProxyJump bastion before it
+        # (Fabric builds the bastions as plain Connections that would trust any key).
+        hop: object = conn
+        while isinstance(hop, fabric.Connection):
+            self._check_host_keys(hop.client)
+            hop = hop.gateway
         label = f"{conn.user}@{conn.host}:{conn.port}"
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
-            raise HostKeyError(self.name, f"the SSH host key of {label} has CHANGED (now {exc.key.get_name()} "
+            server = _failing_hop(conn)
+            raise HostKeyError(self.name, f"the SSH host key of {server} has CHANGED (now {exc.key.get_name()} "
                                f"{_fingerprint(exc.key)}); refusing to connect",
                                hint=f"if the host was really reinstalled, remove the old key with "
-                                    f"`ssh-keygen -R {_known_hosts_name(conn.host, conn.port)}` and connect once "
+                                    f"`ssh-keygen -R {server.split(' ')[0].split('@')[-1]}` and connect once "
                                     f"with ssh to check the new fingerprint") from None
         except paramiko.AuthenticationException as exc:
             raise HostAuthError(self.name, f"authentication failed for {label}: {exc}",
                                 hint="check `key:` in hosts.yaml, ssh-agent, and the host's authorized_keys") from None
         except paramiko.SSHException as exc:
             if "not found in known_hosts" in str(exc):
-                raise HostKeyError(self.name, f"unknown SSH host key for {label}; refusing to connect",
+                raise HostKeyError(self.name, f"unknown SSH host key for {_failing_hop(conn)}; refusing to connect",
                                    hint=f"connect once with `ssh -p {conn.port} {conn.user}@{conn.host}` to check and "
                                         f"accept the fingerprint, or set `accept_new_host_key: true` for this host "
                                         f"in hosts.yaml") from None
@@ -284,6 +280,21 @@ class SSHTransport(Transport):
                                   hint="is the host up, sshd running and the port right?") from None
         conn.transport.set_keepalive(max(1, int(h.keepalive)))
         return conn
+
+    def _check_host_keys(self, client: Any) -> None:
+        import paramiko
+
+        h = self.host
+        # Fabric auto-adds unknown host keys by default; we refuse them unless the host opts in.
+        client.set_missing_host_key_policy(
+            _AcceptNewPolicy(h.known_hosts) if h.accept_new_host_key else paramiko.RejectPolicy())
+        # Fabric itself loads no known_hosts file at all: do it, so keys are really checked.
+        if h.known_hosts:
+            path = os.path.expanduser(h.known_hosts)
+            if os.path.exists(path):
+                client.load_host_keys(path)
+        else:
+            client.load_system_host_keys()
 
     def _run(self, argv: list[str], timeout: float) -> CommandResult:
         # A bare exec channel: Fabric's Runner adds ~0.1 s of polling per command, and short
@@ -375,6 +386,23 @@ def _fingerprint(key) -> str:
     import hashlib
 
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+def _failing_hop(conn: Any) -> str:
+    """Which hop's key was refused. Hops open from the front bastion to the final host, each through the
+    one before; the refused one is the last that got as far as a transport. Named as known_hosts names it,
+    so `ssh-keygen -R` takes it."""
+    hops = []
+    hop = conn
+    while hop is not None and not isinstance(hop, str):
+        hops.append(hop)
+        hop = hop.gateway
+    final = _known_hosts_name(conn.host, conn.port)
+    for hop in hops:  # final host first
+        if hop.client.get_transport() is not None:
+            name = _known_hosts_name(hop.host, hop.port)
+            return name if hop is conn else f"{name} (a bastion on the way to {final})"
+    return final
 
 
 def _known_hosts_name(host: str, port: int) -> str:

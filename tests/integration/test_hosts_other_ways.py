@@ -185,3 +185,53 @@ def test_a_work_dir_that_cannot_be_written_is_a_clear_error_naming_it_and_change
     finally:
         if case == "disk-full":
             subprocess.run(["umount", str(tmp_path / "full")], check=False)
+
+
+# ============================================================================ a bastion (ProxyJump)
+
+
+@pytest.fixture
+def bastion_and_target(tmp_path):
+    bastion = SSHServer(tmp_path / "sshd-bastion").start()
+    target = SSHServer(tmp_path / "sshd-target").start()
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host bastion\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User {bastion.user}\n"
+        f"  IdentityFile {bastion.client_key}\n  IdentitiesOnly yes\n"
+        f"Host gpu-behind-bastion\n  HostName 127.0.0.1\n  Port {target.port}\n  User {target.user}\n"
+        f"  IdentityFile {target.client_key}\n  IdentitiesOnly yes\n  ProxyJump bastion\n")
+    yield bastion, target, config
+    bastion.stop()
+    target.stop()
+
+
+@pytest.mark.parametrize("bastion_key", ["known", "unknown", "changed"])
+def test_host_keys_are_checked_on_every_hop_through_a_bastion(tmp_path, sim_target, bastion_and_target, bastion_key):
+    bastion, target, config = bastion_and_target
+    known = tmp_path / "known_hosts"
+    lines = target.known_hosts.read_text()
+    if bastion_key == "known":
+        lines += bastion.known_hosts.read_text()
+    elif bastion_key == "changed":  # the bastion's name with another machine's key
+        other = SSHServer(tmp_path / "sshd-other").prepare()
+        name = bastion.known_hosts.read_text().split()[0]
+        lines += name + " " + " ".join(other.known_hosts.read_text().split()[1:]) + "\n"
+    known.write_text(lines)
+    before = tree_snapshot(sim_target.repo)
+    host = HostConfig(address="gpu-behind-bastion", ssh_config=str(config), known_hosts=str(known),
+                      repo=str(sim_target.repo), python=str(sim_target.python), gpus=8, arch="sm90",
+                      workdir=str(tmp_path / "work"))
+    f = write_experiment(tmp_path, "jump", free_port(), backend="flashinfer-mla", bench=BENCH)
+    run = lambda: run_attempt(resolve(load_experiment(f), f, PATCHES), "behind", host,  # noqa: E731
+                              ResultsStore(tmp_path / "results"), new_run_id())
+    if bastion_key == "known":
+        rec = load_record(run().directory / "record.json")
+        assert rec.status == "ok", rec.error
+    else:
+        with pytest.raises(HostError) as exc:
+            run()
+        text = str(exc.value)
+        assert f"[127.0.0.1]:{bastion.port}" in text, text
+        assert ("unknown SSH host key" if bastion_key == "unknown" else "has CHANGED") in text
+        assert not (tmp_path / "work").exists(), "nothing may be uploaded through an unverified bastion"
+    assert tree_snapshot(sim_target.repo) == before
