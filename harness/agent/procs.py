@@ -76,6 +76,24 @@ def reap_adopted(exclude: Iterable[int] = ()) -> None:
                 pass
 
 
+def adopted_orphans(exclude: Iterable[int] = ()) -> list[int]:
+    """Live processes re-parented to us (we are a child subreaper) and all their descendants: what a
+    server left behind by double-forking, even with setsid() and a cleared environment (no marker)."""
+    skip = set(exclude) | {os.getpid()}
+    by_parent: dict[int, list[int]] = {}
+    for pid in all_pids():
+        st = proc_stat(pid)
+        if st and st[0] != "Z":
+            by_parent.setdefault(st[1], []).append(pid)
+    found: list[int] = []
+    todo = [p for p in by_parent.get(os.getpid(), []) if p not in skip]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(by_parent.get(pid, []))
+    return found
+
+
 def become_subreaper() -> None:
     """Orphans of the server (a grandchild whose parent died) are re-parented to us, not to init."""
     try:
@@ -101,7 +119,10 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
         reap_adopted(exclude=(popen.pid,) if popen is not None else ())
         if popen is not None:
             popen.poll()
-        return group_members(pgid) + [p for p in marked_pids(marker) if proc_stat(p)]
+        left = group_members(pgid) + [p for p in marked_pids(marker) if proc_stat(p)]
+        if popen is not None:
+            left += [p for p in adopted_orphans(exclude=[popen.pid] + left)]
+        return left
 
     def wait_gone(seconds: float) -> bool:
         end = time.monotonic() + seconds
@@ -118,7 +139,11 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
             info["signal"] = "KILL"
             kill_group(pgid, signal.SIGKILL)
             wait_gone(5.0)
-    stragglers = marked_pids(marker)  # escaped the group (setsid) but carries our marker
+    # Escaped the group (setsid) but carries our marker; or carries nothing but was re-parented to us (only
+    # the agent that launched the server is their subreaper: a recovering agent has no popen).
+    stragglers = marked_pids(marker)
+    if popen is not None:
+        stragglers += [p for p in adopted_orphans(exclude=(popen.pid,)) if p not in stragglers]
     for pid in stragglers:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -114,6 +114,35 @@ class HealthProbe:
         self._stop.set()
 
 
+class Liveness:
+    """While the benchmark runs: GET /health every few seconds. A server that stops answering (frozen by
+    SIGSTOP, deadlocked) is hung after `no_progress` seconds, not after the benchmark's own timeout."""
+
+    PERIOD_S = 2.0
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.last_ok = time.monotonic()
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="liveness", daemon=True).start()
+
+    def _run(self) -> None:
+        opener = _opener()
+        while not self._stop.wait(self.PERIOD_S):
+            try:
+                with opener.open(self.url, timeout=self.PERIOD_S * 2) as r:
+                    if r.status == 200:
+                        self.last_ok = time.monotonic()
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.last_ok
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 class Server:
     """One launched server: its process group, log, readiness and end. `facts` collects what the final
     report says about it (exit code, death time, stack dump, stop, GPU memory left)."""
@@ -135,6 +164,7 @@ class Server:
         self.t_launch = 0.0
         self.died_at: Optional[tuple[float, float]] = None  # (host clock, monotonic)
         self.log: Optional[LogFollower] = None
+        self.liveness: Optional[Liveness] = None
         self.seen_pids: set[int] = set()  # every pid of the group seen alive: checked on the GPUs at the end
 
     # ------------------------------------------------------------------ launch and watch
@@ -192,6 +222,9 @@ class Server:
         ff = self.log.first_fatal
         if ff and time.monotonic() - ff[0] > float(self.spec.timeouts.fatal_grace):
             raise self._crash(phase)
+        if self.liveness is not None and self.liveness.silent_for() > float(self.spec.timeouts.no_progress):
+            raise self.hung("no answer on /health for %.0fs during %s (no_progress timeout)"
+                            % (self.liveness.silent_for(), phase))
 
     def url(self, path: str) -> str:
         return http_url(self.srv.host, self.srv.port, path)
@@ -212,6 +245,7 @@ class Server:
                 if probe is not None and probe.ok:
                     self._check_port_is_ours()
                     self.seen_pids.update(group_members(self.pgid))
+                    self.liveness = Liveness(self.url("/health"))
                     return round(now - self.t_launch, 4)
                 if now - self.t_launch > float(t.ready):
                     raise self.hung("not ready after the ready timeout of %ss" % t.ready)
@@ -268,6 +302,8 @@ class Server:
     def stop(self) -> dict[str, Any]:
         """TERM, grace, KILL, stragglers; then wait for the GPU memory of every pid we saw to be freed."""
         assert self.proc is not None and self.pgid is not None
+        if self.liveness is not None:
+            self.liveness.stop()
         known = set(self.seen_pids) | set(group_members(self.pgid)) | set(marked_pids(self.marker))
         known.add(self.proc.pid)
         info: dict[str, Any] = stop_group(self.proc, self.pgid, self.marker, float(self.spec.timeouts.stop_grace))

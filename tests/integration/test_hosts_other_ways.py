@@ -4,9 +4,11 @@ whose login shell is tcsh. Real sshds on loopback, started by the tests."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -235,3 +237,90 @@ def test_host_keys_are_checked_on_every_hop_through_a_bastion(tmp_path, sim_targ
         assert ("unknown SSH host key" if bastion_key == "unknown" else "has CHANGED") in text
         assert not (tmp_path / "work").exists(), "nothing may be uploaded through an unverified bastion"
     assert tree_snapshot(sim_target.repo) == before
+
+
+# ============================================================================ processes that try to escape
+
+
+def patch_set(tmp_path: Path, name: str, prologue: str) -> Path:
+    """A patch set that runs `prologue` at the top of the simulated launch_server.py."""
+    scratch = init_target(tmp_path / f"scratch-{name}")
+    ls = scratch.repo / "python/sglang/launch_server.py"
+    ls.write_text(prologue + ls.read_text())
+    diff = subprocess.run(["git", "-C", str(scratch.repo), "diff"], capture_output=True, text=True).stdout
+    folder = tmp_path / "patches" / name
+    folder.mkdir(parents=True)
+    (folder / "0001.patch").write_text(diff)
+    return tmp_path / "patches"
+
+
+ESCAPE = '''import os, sys, time
+pidfile = os.environ.get("ESCAPE_PIDFILE")
+if pidfile and os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # the grandchild: own session, no marker, parent gone -> re-parented
+        for key in list(os.environ):
+            del os.environ[key]
+        open(pidfile + ".tmp", "w").write(str(os.getpid()))
+        os.rename(pidfile + ".tmp", pidfile)
+        while True:
+            time.sleep(1)
+    os._exit(0)
+'''
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_grandchild_that_calls_setsid_and_clears_its_environment_does_not_outlive_the_attempt(tmp_path,
+                                                                                             sim_target):
+    patches = patch_set(tmp_path, "escape", ESCAPE)
+    pidfile = tmp_path / "escaped.pid"
+    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
+                      arch="sm90", workdir=str(tmp_path / "work"))
+    f = write_experiment(tmp_path, "escape", free_port(), backend="flashinfer-mla", patches=["escape"], bench=BENCH,
+                         server={"env": {"ESCAPE_PIDFILE": str(pidfile)}})
+    out = run_attempt(resolve(load_experiment(f), f, patches), "local", host, ResultsStore(tmp_path / "results"),
+                      new_run_id())
+    rec = load_record(out.directory / "record.json")
+    assert rec.status == "ok", rec.error
+    pid = int(pidfile.read_text())
+    escaped = alive(pid)
+    if escaped:
+        os.kill(pid, 9)
+    assert not escaped, "the escaped grandchild is still running after the attempt"
+    assert rec.server is not None and rec.server.stop is not None and pid in rec.server.stop.stragglers
+
+
+# ============================================================================ a frozen server
+
+
+def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the_bench_timeout(tmp_path, sim_target):
+    before = tree_snapshot(sim_target.repo)
+    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
+                      arch="sm90", workdir=str(tmp_path / "work"))
+    long_bench = [{"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64, "max_concurrency": 1}]
+    f = write_experiment(tmp_path, "frozen", free_port(), backend="flashinfer-mla", bench=long_bench,
+                         timeouts={"ready": 60, "no_progress": 4, "bench": 600, "stop_grace": 2})
+
+    class FreezeAtBench:
+        def stage(self, label: str, stage: str) -> None:
+            if stage == "bench":
+                journal = json.loads((sim_target.repo / ".git" / "harness" / "journal.json").read_text())
+                os.kill(journal["server"]["pid"], signal.SIGSTOP)
+
+        def note(self, label: str, message: str) -> None:
+            pass
+
+    out = run_attempt(resolve(load_experiment(f), f, PATCHES), "local", host, ResultsStore(tmp_path / "results"),
+                      new_run_id(), reporter=FreezeAtBench())
+    rec = load_record(out.directory / "record.json")
+    assert rec.status == "hung", rec.error
+    assert "/health" in (rec.error or "")
+    assert rec.timings["total_s"] < 60, "caught by the 600 s bench timeout, not by the liveness check"
+    assert tree_snapshot(sim_target.repo) == before and not marked_processes(rec.run_id)
