@@ -58,7 +58,9 @@ class Row:
 
 
 def lower_is_better(metric: str) -> bool:
-    return metric.endswith("_ms") or any(w in metric for w in ("latency", "ttft", "itl", "tpot", "duration"))
+    """Of the metrics a record keeps (metrics.KEY_METRICS): the latencies (every one ends in `_ms`) and the
+    benchmark's duration; throughputs and counts are higher-is-better."""
+    return metric.endswith("_ms") or metric == "duration"
 
 
 def gpu_of(rec: Record) -> str | None:

@@ -94,6 +94,8 @@ class Recovered(_Strict):
     journal: dict[str, Any]  # the agent's journal as it found it
     stop: StopInfo
     revert: Revert
+    by: str | None = None  # "watchdog": the dead agent's own watchdog did it, before any harness command
+    took_s: float | None = None  # watchdog: from the agent's death to the tree restored
 
 
 class KernelTime(_Strict):

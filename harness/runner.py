@@ -82,6 +82,8 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
         _run_agent(transport_factory, host_name, host, spec, follow, reporter, label, fetch_into=directory)
     except (HostError, AgentProtocolError) as exc:
         host_error = exc
+        if isinstance(exc, AgentProtocolError) and follow.final is None and follow.hello is not None:
+            follow.final = _recover_after_agent_death(transport_factory, host_name, host, spec, reporter, label)
     except (KeyboardInterrupt, Interrupted):
         # Outside the event loop (connecting, uploading, fetching): nothing on the host is left
         # running — the agent, if it started, has already stopped and reverted.
@@ -132,6 +134,22 @@ def run_attempt_in_foreground(*args: Any, **kwargs: Any) -> AttemptOutcome:
     return box["outcome"]
 
 
+def _recover_after_agent_death(transport_factory: Callable[[str, HostConfig], Transport], host_name: str,
+                               host: HostConfig, spec: Spec, reporter: Reporter, label: str) -> dict:
+    """The agent died without its final word (killed on the host): recover now, while we are here —
+    its watchdog has usually done it already; then the report says what it did."""
+    reporter.note(label, "the agent on the host died; recovering the host now")
+    try:
+        res = _service(host_name, host, "recover", transport_factory, lock_wait_s=60.0)
+    except (HostError, AgentProtocolError) as exc:
+        return {"status": "infra-error", "error": f"recovery after the agent's death failed: {exc}"}
+    recovered = res.get("recovered")
+    journal = (recovered or {}).get("journal") or {}
+    if journal.get("attempt_id") != spec.attempt_id or journal.get("run_id") != spec.run_id:
+        recovered = None  # a report about some other attempt
+    return {"status": "infra-error", "recovered": recovered}
+
+
 def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
                   transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
     """Dry run of an experiment's patch sets on a host, through the agent: lock, check the tree is clean,
@@ -159,10 +177,10 @@ def recover_host(host_name: str, host: HostConfig, *,
 
 
 def _service(host_name: str, host: HostConfig, mode: str,
-             transport_factory: Callable[[str, HostConfig], Transport]) -> dict:
+             transport_factory: Callable[[str, HostConfig], Transport], lock_wait_s: float = 0.0) -> dict:
     spec = Spec(run_id="service-" + time.strftime("%Y%m%d-%H%M%S"), attempt_id=mode, repo=host.repo, mode=mode,
                 workdir=host.workdir, server=ServerSpec(argv=[host.python], env=dict(host.env), port=0),
-                timeouts=Timeouts(stop_grace=30), heartbeat_timeout_s=60)
+                timeouts=Timeouts(stop_grace=30), heartbeat_timeout_s=60, lock_wait_s=lock_wait_s)
     follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), f"{mode}@{host_name}")
     return follow.final or {"status": "infra-error", "error": "no final report"}

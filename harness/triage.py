@@ -71,12 +71,19 @@ FATAL_PATTERNS: tuple[str, ...] = (
 class Signature:
     category: str
     pattern: re.Pattern[str]
-    rank: int  # lower wins
+    rank: tuple[int, int]  # (the category's rank, the pattern's place in it): lower wins
 
 
 def _sig(category: str, rank: int, *patterns: str) -> list[Signature]:
     """Within a category, earlier patterns are more telling (the static_assert line beats ninja's exit)."""
-    return [Signature(category, re.compile(p), rank * 100 + i) for i, p in enumerate(patterns)]
+    return [Signature(category, re.compile(p), (rank, i)) for i, p in enumerate(patterns)]
+
+
+# Categories ranked from here on name no cause: a bare exception, a bare kill. While the server is
+# alive, only a line ranked below this makes it a crash.
+BARE_RANK = 90
+# A key line is kept to this many characters (a tensor printed on one line stays out of the record).
+KEY_LINE_MAX = 500
 
 
 SIGNATURES: tuple[Signature, ...] = tuple(sorted(
@@ -142,7 +149,7 @@ SIGNATURES: tuple[Signature, ...] = tuple(sorted(
            r"(?:backend|kv.cache.dtype|page.size|not supported|must be|config|model_type|model path|"
            r"does not appear to have|is not a (?:local folder|valid))")
     + _sig("warmup-failed", 80, r"Initialization failed\. warmup error")
-    + _sig("python-exception", 90,
+    + _sig("python-exception", BARE_RANK,
            r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
     + _sig("killed", 85, r"died during initialization \(exit code: -9\)", r"exit code:? -9\b")
     # A bare "Killed" is usually the launcher killing itself after a child failed: a consequence.
@@ -279,7 +286,7 @@ class Triage:
         self.ready = False
         self.fatal_after_ready = False
         self.fatal_seen = False
-        self.best: tuple[int, str, str, str] | None = None  # rank, category, line, phase
+        self.best: tuple[tuple[int, int], str, str, str] | None = None  # rank, category, line, phase
         self._partial = ""
 
     @property
@@ -354,14 +361,14 @@ class Triage:
         for sig in SIGNATURES:
             if sig.pattern.search(line):
                 if self.best is None or sig.rank < self.best[0]:
-                    self.best = (sig.rank, sig.category, line[:500], self.phase)
-                break  # signatures are sorted by rank: the first match is this line's best
+                    self.best = (sig.rank, sig.category, line[:KEY_LINE_MAX], self.phase)
+                return  # signatures are sorted by rank: the first match is this line's best
 
     # ------------------------------------------------------------------ output
 
     def verdict(self, exit_code: int | None = None) -> Verdict:
         died = exit_code is not None and exit_code != 0
-        strong = self.best is not None and self.best[0] < 9000  # a named cause, not a bare exception
+        strong = self.best is not None and self.best[0][0] < BARE_RANK  # a named cause, not a bare exception
         if self.ready and not died and not self.fatal_after_ready:
             # A healthy server may log handled exceptions; only its death or a fatal line undoes ready.
             return Verdict("ready", "ready", READY_LINE, "serving", None)

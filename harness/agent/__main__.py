@@ -36,6 +36,10 @@ def final_report(result: dict[str, Any], attempt: Optional[Attempt] = None, link
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--watchdog":
+        from .watchdog import watch
+
+        return watch(sys.argv[2])
     link = Link()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda s, f: link.abort("signal %d" % s))
@@ -49,7 +53,7 @@ def main() -> int:
                     hostname=socket.gethostname()))
     link.watch_stdin()
     link.keep_alive(float(spec.alive_interval_s or 2.0))
-    attempt = Attempt(spec, link)
+    attempt = Attempt(spec, link, watchdog=spec.mode in (Mode.ATTEMPT.value, Mode.APPLY_REVERT.value))
     if spec.mode == Mode.STATUS.value:
         try:
             report = dict(status="ok", **host_status(attempt.repo, attempt.server_env()))

@@ -12,9 +12,10 @@ import traceback
 from typing import Any, Optional
 
 from ..protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
+from . import watchdog
 from .bench import Load
 from .errors import Aborted, StageFailed
-from .gpu import query_gpus
+from .gpu import query_gpus, wait_gpu_release
 from .link import Link
 from .lock import RepoLock
 from .procs import MARKER_ENV, pick_free_port, port_free
@@ -25,8 +26,9 @@ from .tree import Journal, Tree
 
 
 class Attempt:
-    def __init__(self, spec: Spec, link: Link) -> None:
+    def __init__(self, spec: Spec, link: Link, watchdog: bool = False) -> None:
         self.spec = spec
+        self.watchdog = watchdog  # start the host-side watchdog (only when running as the shipped zipapp)
         self.link = link
         self.repo = os.path.abspath(os.path.expanduser(spec.repo))
         self.workdir = os.path.abspath(os.path.expanduser(spec.workdir or "~/.cache/harness"))
@@ -96,6 +98,9 @@ class Attempt:
         try:
             self.stage("lock")
             self.take_lock()
+            if self.watchdog:  # from here on the tree may change: cover this agent's own death
+                watchdog.spawn(self.repo, self.attempt_dir, self.server_env(), float(self.spec.timeouts.stop_grace),
+                               float(self.spec.timeouts.gpu_release))
             self.stage("preflight")
             self.recover_leftover_journal()
             plan = self.preflight()
@@ -136,7 +141,7 @@ class Attempt:
             self.take_lock()
             self.stage("recover")
             if not self.recover_leftover_journal():
-                self.result["recovered"] = None
+                self.result["recovered"] = watchdog.last_report(self.tree)
                 self.result["message"] = "no journal: nothing to recover"
         except Exception as exc:
             self.fail(exc)
@@ -189,7 +194,8 @@ class Attempt:
         if journal is None:
             return False
         self.link.send(Recovering(journal=journal))
-        stopped = stop_recorded_server(journal, float(self.spec.timeouts.stop_grace))
+        stopped = stop_recorded_server(journal, float(self.spec.timeouts.stop_grace), self.server_env(),
+                                       float(self.spec.timeouts.gpu_release))
         revert = self.tree.revert(journal)
         self.result["recovered"] = {"journal": journal, "stop": stopped, "revert": revert}
         if not revert["verified"]:
@@ -197,6 +203,9 @@ class Attempt:
                               "found the journal of an interrupted attempt (%s) and could not restore the "
                               "tree exactly; changed paths: %s" % (journal.get("attempt_id"),
                                                                     ", ".join(revert.get("diff", [])[:20])))
+        if stopped.get("gpu_dirty"):
+            raise StageFailed("preflight-failed", "the interrupted attempt's server still holds GPU memory after "
+                              "recovery: %s" % stopped["gpu_dirty"], gpu_dirty=stopped["gpu_dirty"])
         return True
 
     def preflight(self) -> dict[str, Any]:
@@ -207,6 +216,7 @@ class Attempt:
         self.tree.check_base(self.spec.base_ref, head)
         self.result["server_version"] = read_server_version(self.repo)
         self.result["gpus"] = query_gpus(self.server_env())
+        self._check_gpus_released()
         dirty_before, _ = self.tree.dirty_paths(self.spec.allow_dirty)
         self._choose_port()
         tree_before = self.tree.git.tree_state(self.attempt_dir)
@@ -215,6 +225,20 @@ class Attempt:
                               os.path.join(self.attempt_dir, "patches"), head)
         plan.update(base=head, tree_before=tree_before, dirty_before=sorted(dirty_before))
         return plan
+
+    def _check_gpus_released(self) -> None:
+        """A recovered server whose GPU memory is still held (a stuck CUDA context) would make this attempt
+        die of a false out-of-memory: refuse instead, naming what holds it."""
+        report = watchdog.last_report(self.tree) or {}
+        dirty = (report.get("stop") or {}).get("gpu_dirty") or {}
+        if not dirty:
+            return
+        held = wait_gpu_release([int(p) for p in dirty], self.server_env(), float(self.spec.timeouts.gpu_release))
+        if held:
+            raise StageFailed("preflight-failed", "GPU memory of an interrupted attempt's server (%s) is still held "
+                              "by pids %s; free it (or reset the GPUs) before the next attempt"
+                              % ((report.get("journal") or {}).get("attempt_id"), ", ".join(sorted(held))),
+                              gpu_dirty=held)
 
     def _choose_port(self) -> None:
         srv = self.spec.server

@@ -132,12 +132,22 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
             time.sleep(TICK_S)
         return not alive()
 
+    def signal_all(sig: int) -> None:
+        # The group, and what carries our marker outside it (a benchmark client in its own session): the
+        # grace period is for all of them at once, not one after the other.
+        kill_group(pgid, sig)
+        for pid in marked_pids(marker):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
     if alive():
         info["signal"] = "TERM"
-        kill_group(pgid, signal.SIGTERM)
+        signal_all(signal.SIGTERM)
         if not wait_gone(grace):
             info["signal"] = "KILL"
-            kill_group(pgid, signal.SIGKILL)
+            signal_all(signal.SIGKILL)
             wait_gone(5.0)
     # Escaped the group (setsid) but carries our marker; or carries nothing but was re-parented to us (only
     # the agent that launched the server is their subreaper: a recovering agent has no popen).

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+from typing import Any, Optional
 
-from .gpu import gpu_apps, query_gpus
+from .gpu import gpu_apps, query_gpus, wait_gpu_release
 from .hostio import read_json
 from .lock import RepoLock
 from .procs import group_members, marked_pids, proc_stat, stop_group
@@ -35,17 +35,21 @@ def host_status(repo: str, env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def stop_recorded_server(journal: Journal, grace: float) -> dict[str, Any]:
-    """Recovery: end the journal's server only if that pid is still the same process (start time)."""
+def stop_recorded_server(journal: Journal, grace: float, env: Optional[dict[str, str]] = None,
+                         gpu_release: float = 0.0) -> dict[str, Any]:
+    """Recovery: end the journal's server only if that pid is still the same process (start time), then
+    wait for its GPU memory as after a normal stop (what is still held is reported as `gpu_dirty`)."""
     srv = journal.get("server")
     if not srv:
         return {"state": "never-launched"}
     st = proc_stat(int(srv["pid"]))
     same = st is not None and srv.get("start") is not None and st[3] == int(srv["start"])
     marker = journal.get("marker", "")
+    known = set(group_members(int(srv["pgid"])) if same else []) | set(marked_pids(marker)) | {int(srv["pid"])}
+    info: dict[str, Any]
     if not same and not group_members(int(srv["pgid"])) and not marked_pids(marker):
-        return {"state": "already-gone"}
-    if not same:
+        info = {"state": "already-gone"}
+    elif not same:
         # The leader is gone or its pid was reused: only the marker proves which processes are ours.
         pids = marked_pids(marker)
         for pid in pids:
@@ -53,7 +57,12 @@ def stop_recorded_server(journal: Journal, grace: float) -> dict[str, Any]:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        return {"state": "killed-marked", "pids": pids}
-    info: dict[str, Any] = stop_group(None, int(srv["pgid"]), marker, grace)
-    info["state"] = "stopped"
+        info = {"state": "killed-marked", "pids": pids}
+    else:
+        info = stop_group(None, int(srv["pgid"]), marker, grace)
+        info["state"] = "stopped"
+    if env is not None:
+        held = wait_gpu_release(known, env, gpu_release)
+        if held:
+            info["gpu_dirty"] = held
     return info

@@ -36,6 +36,18 @@ def test_a_secret_containing_another_is_masked_whole():
     assert mask_secrets(f"{long} {short}", [short, long]) == "<redacted> <redacted>"
 
 
+# A password, and credentials (a connection URL) that contain it: masking the password first would leave the rest
+# of the URL in the clear. The URL sorts before the password alphabetically.
+PASSWORD = "s3cr3tpw"
+CREDENTIALS = f"postgres://app:{PASSWORD}@db.internal:5432/prod"
+
+
+def test_a_secret_containing_another_is_masked_whole_whatever_their_order():
+    text = f"DB_CREDENTIALS={CREDENTIALS} DB_PASSWORD={PASSWORD}"
+    for secrets in ([PASSWORD, CREDENTIALS], [CREDENTIALS, PASSWORD]):
+        assert mask_secrets(text, secrets) == "DB_CREDENTIALS=<redacted> DB_PASSWORD=<redacted>"
+
+
 def test_values_too_short_to_be_secrets_are_left_alone():
     # Masking "1" or "on" would shred every log; such values are not secrets worth the damage.
     assert mask_secrets("tp=1 on", ["1", "on", "abc"]) == "tp=1 on"
@@ -78,3 +90,19 @@ def test_masking_files_with_no_secrets_changes_nothing(tmp_path):
     mask_files(tmp_path, [])
     mask_files(tmp_path, ["1"])
     assert (tmp_path / "server.log").read_text() == "tp=1\n"
+
+
+def test_a_secret_containing_another_is_masked_whole_in_files_whatever_their_order(tmp_path):
+    for secrets in ([PASSWORD, CREDENTIALS], [CREDENTIALS, PASSWORD]):
+        log = tmp_path / "server.log"
+        log.write_text(f"DB_CREDENTIALS={CREDENTIALS}\nDB_PASSWORD={PASSWORD}\n")
+        mask_files(tmp_path, secrets)
+        assert log.read_text() == "DB_CREDENTIALS=<redacted>\nDB_PASSWORD=<redacted>\n"
+
+
+def test_files_mask_the_same_short_values_texts_do(tmp_path):
+    # The shortest values that count as secrets in a text count in a file too.
+    log = tmp_path / "server.log"
+    log.write_text("tp=1 on abc key=abcd\n")
+    mask_files(tmp_path, ["1", "on", "abc", "abcd"])
+    assert log.read_text() == "tp=1 on abc key=<redacted>\n"

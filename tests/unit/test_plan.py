@@ -51,6 +51,20 @@ def test_keys_are_stable_and_depend_on_hosts(tmp_path, base):
     assert plan_sweep(f, PATCHES, {"b": HOSTS["b"]}).attempts[0].key != k1
 
 
+def test_keys_do_not_depend_on_the_order_of_a_mapping_in_the_experiment_file(tmp_path):
+    # The same settings written in another order are the same experiment: a resume must find its results.
+    def key(env):
+        write(tmp_path, "base.yaml", {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/m"},
+                                      "server": {"tp": 2, "env": env}})
+        f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml"})
+        return plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
+
+    assert key({"NCCL_DEBUG": "WARN", "CUDA_LAUNCH_BLOCKING": "1"}) == key({"CUDA_LAUNCH_BLOCKING": "1",
+                                                                            "NCCL_DEBUG": "WARN"})
+    assert key({"NCCL_DEBUG": "WARN", "CUDA_LAUNCH_BLOCKING": "1"}) != key({"NCCL_DEBUG": "INFO",
+                                                                            "CUDA_LAUNCH_BLOCKING": "1"})
+
+
 # ---------------------------------------------------------------------------- resume keys and patch contents
 # `--resume` reruns an attempt only when its key has no final record: any change to what a patch set writes
 # into the target must give a new key, or a result made with the old contents would be reused.

@@ -3,20 +3,24 @@
 import csv
 import io
 import json
+import statistics
 
 import pytest
 
-from harness.report import build_rows, columns, table_rows, to_csv, to_json, to_markdown
+from harness.metrics import KEY_METRICS
+from harness.report import build_rows, columns, lower_is_better, table_rows, to_csv, to_json, to_markdown
 from harness.results import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
 
-def rec(exp, samples, status="ok", run="r1", gpu=GPU, commit="c" * 40, verdict=None, metric="output_throughput"):
-    return Record(run_id=run, experiment=exp, attempt="01", host="h", backend=exp, status=status, verdict=verdict,
-                  metrics={"bs1": {metric: samples[len(samples) // 2] if samples else None,
-                                   "samples": {metric: samples}}} if samples else {},
-                  provenance={"gpu": gpu, "server_version": "0.5.23", "base_commit": commit})
+def rec(exp, samples, status="ok", run="r1", gpu=GPU, commit="c" * 40, verdict=None, metric="output_throughput",
+        host="h", version="0.5.23"):
+    """A record of one bench case `bs1`; `samples` may instead be {case: samples} for several cases."""
+    cases = samples if isinstance(samples, dict) else {"bs1": samples}
+    return Record(run_id=run, experiment=exp, attempt="01", host=host, backend=exp, status=status, verdict=verdict,
+                  metrics={case: {metric: s[len(s) // 2], "samples": {metric: s}} for case, s in cases.items() if s},
+                  provenance={"gpu": gpu, "server_version": version, "base_commit": commit})
 
 
 def row(rows, exp):
@@ -168,3 +172,152 @@ def test_table_marks_three_samples_a_side_as_too_few_even_when_they_do_not_overl
     assert two_sided_p(fast, base) >= 0.05
     for table in rendered_markers([rec("base", base, metric=metric), rec("fast", fast, metric=metric)], metric):
         assert table["fast"].endswith("?") and not {"▲", "▼", "≈"} & set(table["fast"]), table
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_a_significant_difference_without_a_median_gain_is_never_marked_better(metric):
+    # The same median, the repeats spread differently around it: Mann-Whitney can call that significant, but ▲
+    # claims that the typical run got better, and it did not.
+    base = [90.0] * 10 + [100.0] + [100.1] * 10
+    cand = [99.9] * 10 + [100.0] + [110.0] * 10
+    assert statistics.median(base) == statistics.median(cand) and two_sided_p(cand, base) < 0.05
+    for table in rendered_markers([rec("base", base, metric=metric), rec("cand", cand, metric=metric)], metric):
+        assert "▲" not in table["cand"], table
+
+
+def test_perfectly_steady_repeats_that_differ_are_significant():
+    # Every repeat gives the same number (a deterministic benchmark, a count): both the medians and every single
+    # repeat differ, which is as clear as five repeats a side can say it.
+    assert two_sided_p([150] * 5, [100] * 5) < 0.05
+    rows = build_rows([rec("base", [100] * 5), rec("fast", [150] * 5)], metric="output_throughput", baseline="base")
+    assert row(rows, "fast").cells["bs1"].verdict == "better"
+
+
+def test_identical_repeats_on_both_sides_are_the_same_with_p_value_one():
+    rows = build_rows([rec("base", [100] * 5), rec("twin", [100] * 5)], metric="output_throughput", baseline="base")
+    cell = row(rows, "twin").cells["bs1"]
+    assert (cell.verdict, cell.p_value) == ("same", 1.0)
+    assert float(list(csv.DictReader(io.StringIO(to_csv(rows))))[1]["bs1.p_value"]) == 1.0
+
+
+# ============================================================================ which direction is better
+# Every metric a record keeps (harness.metrics.KEY_METRICS), with the direction that is better: a metric added
+# there must be decided here.
+
+DIRECTION = {
+    "output_throughput": "higher", "request_throughput": "higher", "input_throughput": "higher",
+    "total_throughput": "higher",
+    "median_ttft_ms": "lower", "mean_ttft_ms": "lower", "p99_ttft_ms": "lower",
+    "median_itl_ms": "lower", "mean_itl_ms": "lower", "p99_itl_ms": "lower",
+    "median_tpot_ms": "lower", "mean_tpot_ms": "lower", "p99_tpot_ms": "lower",
+    "median_e2e_latency_ms": "lower", "duration": "lower",
+    "completed": "higher", "total_output_tokens": "higher", "concurrency": "higher",
+}
+
+
+def test_every_metric_a_record_keeps_has_a_decided_direction():
+    assert set(DIRECTION) == set(KEY_METRICS)
+
+
+@pytest.mark.parametrize("metric", KEY_METRICS)
+def test_the_comparison_says_which_direction_is_better_for_every_kept_metric(metric):
+    assert lower_is_better(metric) is (DIRECTION[metric] == "lower")
+    assert f"({DIRECTION[metric]} is better)" in to_markdown([], metric).splitlines()[0]
+    assert json.loads(to_json([], metric))["lower_is_better"] is (DIRECTION[metric] == "lower")
+
+
+# ============================================================================ which baseline, and what a row says
+
+
+def table(rows):
+    """label -> {column: cell}, as the terminal table prints them."""
+    cols = columns(rows)
+    return {line[0]: dict(zip(cols, line)) for line in table_rows(rows)}
+
+
+def test_without_a_named_baseline_the_first_row_is_the_only_baseline():
+    rows = build_rows([rec("a", [100, 101, 99, 100, 102]), rec("b", [150, 149, 151, 152, 150]),
+                       rec("c", [100, 102, 99, 101, 100])], metric="output_throughput")
+    assert [r.label for r in rows if r.is_baseline] == ["a"]
+    t = table(rows)
+    assert (t["a"]["bs1 vs base"], t["b"]["bs1 vs base"], t["c"]["bs1 vs base"]) == ("baseline", "1.50x ▲", "1.00x ≈")
+
+
+def test_the_named_baseline_is_the_reference_wherever_it_sorts():
+    rows = build_rows([rec("a-fast", [150, 149, 151, 152, 150]), rec("ref", [100, 101, 99, 100, 102])],
+                      metric="output_throughput", baseline="ref")
+    assert [r.label for r in rows if r.is_baseline] == ["ref"]
+    t = table(rows)
+    assert (t["ref"]["bs1 vs base"], t["a-fast"]["bs1 vs base"]) == ("baseline", "1.50x ▲")
+
+
+def test_an_unknown_baseline_is_named_in_every_rows_notes_and_nothing_is_compared():
+    rows = build_rows([rec("a", [100, 101, 99, 100]), rec("b", [150, 149, 151, 152])], metric="output_throughput",
+                      baseline="nope")
+    assert [r.notes for r in rows] == [["baseline 'nope' not found"]] * 2
+    assert not any(r.is_baseline for r in rows)
+    assert [line["bs1 vs base"] for line in table(rows).values()] == ["-", "-"]
+
+
+def test_a_baseline_that_never_ran_stays_the_baseline_and_no_ratio_is_shown():
+    rows = build_rows([rec("base", [], status="crashed"), rec("fast", [150, 149, 151, 152, 150])],
+                      metric="output_throughput", baseline="base")
+    assert row(rows, "base").is_baseline and not any("not found" in n for r in rows for n in r.notes)
+    t = table(rows)
+    assert (t["base"]["bs1 vs base"], t["fast"]["bs1 vs base"]) == ("baseline", "-")
+
+
+def test_on_a_mixed_fleet_each_row_is_compared_with_the_baseline_measured_on_its_own_gpu():
+    # The planner runs the baseline once per GPU kind. A candidate that ran on another host with the same kind of
+    # GPU is compared with that GPU's baseline, never with the other GPU's.
+    h200, b200 = [{"name": "NVIDIA H200"}], [{"name": "NVIDIA B200"}]
+    records = [rec("base", [100, 101, 99, 100, 102], gpu=h200, host="h200-a"),
+               rec("base", [200, 202, 198, 200, 204], gpu=b200, host="b200-a"),
+               rec("fast", [150, 149, 151, 152, 150], gpu=h200, host="h200-b"),
+               rec("fast", [300, 298, 302, 304, 300], gpu=b200, host="b200-a")]
+    rows = build_rows(records, metric="output_throughput", baseline="base")
+    for gpu in ("NVIDIA H200 x1", "NVIDIA B200 x1"):
+        fast = next(r for r in rows if (r.experiment, r.gpu) == ("fast", gpu))
+        assert not any("not comparable" in n for n in fast.notes), fast.notes
+        assert fast.cells["bs1"].verdict == "better" and fast.cells["bs1"].ratio == pytest.approx(1.5), gpu
+
+
+def test_a_row_not_comparable_with_the_baseline_says_what_differs_with_both_values():
+    records = [rec("base", [100, 101, 99, 100]),
+               rec("newer-server", [150, 151, 149, 150], version="0.5.24"),
+               rec("elsewhere", [150, 151, 149, 150], gpu=[{"name": "NVIDIA B200"}], commit="d" * 40)]
+    rows = build_rows(records, metric="output_throughput", baseline="base")
+    assert row(rows, "newer-server").notes == ["not comparable to the baseline: server_version 0.5.24 vs 0.5.23"]
+    assert row(rows, "elsewhere").notes == ["not comparable to the baseline: gpu NVIDIA B200 x1 vs NVIDIA H200 x1, "
+                                            "base_commit dddddddddddd vs cccccccccccc"]
+    assert [row(rows, n).cells["bs1"].verdict for n in ("newer-server", "elsewhere")] == ["n/a", "n/a"]
+
+
+def test_rows_measured_like_the_baseline_carry_no_comparability_note():
+    rows = build_rows([rec("base", [100, 101, 99, 100]), rec("fast", [150, 151, 149, 150])],
+                      metric="output_throughput", baseline="base")
+    assert (row(rows, "base").notes, row(rows, "fast").notes) == ([], [])
+
+
+def test_each_bench_case_is_judged_on_its_own():
+    base = {"bs1": [100, 101, 99, 100, 102], "bs8": [800, 808, 792, 800, 816]}
+    faster_bs8 = [1200, 1190, 1210, 1205, 1195]
+    records = [rec("base", base),
+               rec("no-bs1", {"bs1": [], "bs8": faster_bs8}),  # bs1 gave no result
+               rec("few-bs1", {"bs1": [150, 150], "bs8": faster_bs8}),  # bs1 ran too few repeats
+               rec("other-gpu", {"bs1": [150, 151, 149, 150, 152], "bs8": faster_bs8}, gpu=[{"name": "NVIDIA B200"}])]
+    t = table(build_rows(records, metric="output_throughput", baseline="base"))
+    assert (t["no-bs1"]["bs1 vs base"], t["no-bs1"]["bs8 vs base"]) == ("-", "1.50x ▲")
+    assert (t["few-bs1"]["bs1 vs base"], t["few-bs1"]["bs8 vs base"]) == ("1.50x ?", "1.50x ▲")
+    # not comparable: every case shows its ratio, and no case a marker
+    assert (t["other-gpu"]["bs1 vs base"], t["other-gpu"]["bs8 vs base"]) == ("1.50x", "1.50x")
+
+
+def test_the_baseline_is_not_compared_with_itself_in_csv_and_json():
+    rows = build_rows([rec("base", [100, 101, 99, 100, 102]), rec("fast", [150, 149, 151, 152, 150])],
+                      metric="output_throughput", baseline="base")
+    base, fast = csv.DictReader(io.StringIO(to_csv(rows)))
+    assert (base["bs1.ratio"], base["bs1.p_value"], base["bs1.verdict"]) == ("", "", "n/a")
+    assert float(fast["bs1.ratio"]) == pytest.approx(1.5) and fast["bs1.verdict"] == "better"
+    cell = json.loads(to_json(rows, "output_throughput"))["rows"][0]["cells"]["bs1"]
+    assert (cell["ratio"], cell["p_value"], cell["verdict"]) == (None, None, "n/a")

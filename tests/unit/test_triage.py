@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.triage import CATEGORIES, PHASES, Triage, triage_file, triage_text
+from harness.triage import CATEGORIES, KEY_LINE_MAX, PHASES, Triage, Verdict, _sig, triage_file, triage_text
 
 # Real SGLang logs from public bug reports, kept in the repo (tests/fixtures/real-logs/SOURCES.md says where
 # each comes from), so a plain clone runs these tests with nothing beside it.
@@ -324,3 +324,112 @@ def test_sigquit_cascade_without_a_readable_error_is_unknown_not_killed():
             "Killed\n")
     assert triage_text(text, 137).category == "killed"  # only consequences: the bare Killed line
     assert triage_text(text.splitlines()[0] + "\n", 137).category == "unknown"
+
+
+# ---------------------------------------------------------------------------- ranking, phase and verdict details
+
+
+def test_signatures_rank_by_category_first_then_by_their_place_within_it():
+    # SIGNATURES is built from these at import: lower rank wins, a category's earlier patterns are more telling.
+    sigs = _sig("oom", 30, r"CUDA out of memory", r"\bout of memory\b") + _sig("nccl-error", 60, r"NCCL error")
+    assert [(s.category, s.pattern.pattern) for s in sigs] == [
+        ("oom", "CUDA out of memory"), ("oom", r"\bout of memory\b"), ("nccl-error", "NCCL error")]
+    assert sigs[0].rank < sigs[1].rank < sigs[2].rank
+    assert sigs[1].pattern.search("RuntimeError: CUDA error: out of memory")
+
+
+def test_a_bare_exception_while_starting_is_not_a_crash_until_the_server_dies():
+    # A named cause (OOM, a failed build, …) is a crash even while the process lives; a bare exception may have
+    # been handled, so only the server's death makes it one.
+    lines = healthy_start()[:3] + ["[2025-11-01 10:00:04 TP0] KeyError: 'rope_scaling'"]
+    assert triage_text("\n".join(lines)).verdict == "incomplete"
+    v = triage_text("\n".join(lines), exit_code=1)
+    assert (v.verdict, v.category, v.key_line) == ("crash", "python-exception", "KeyError: 'rope_scaling'")
+
+
+def test_a_server_that_came_up_is_ready_in_the_serving_phase_with_the_ready_line():
+    assert triage_text("\n".join(healthy_start())) == Verdict(
+        "ready", "ready", "The server is fired up and ready to roll!", "serving", None)
+
+
+def test_a_log_that_ends_before_ready_says_so_and_an_exit_code_0_is_named():
+    text = "\n".join(healthy_start()[:4])
+    v = triage_text(text)
+    assert (v.verdict, v.phase) == ("incomplete", "kv-cache")
+    assert v.hint.startswith("the log ends before the server was ready")
+    v = triage_text(text, exit_code=0)
+    assert (v.verdict, v.phase, v.hint) == ("incomplete", "kv-cache",
+                                            "the server exited with code 0 before it was ready")
+
+
+@pytest.mark.parametrize("exit_code", [137, -9], ids=["shell-137", "popen-minus-9"])
+def test_a_server_killed_without_an_error_line_is_killed_in_the_phase_it_reached(exit_code):
+    # 137 from a shell, -9 from Python's Popen: both mean SIGKILL, usually the OS OOM killer.
+    v = triage_text("\n".join(healthy_start()[:3]), exit_code)
+    assert (v.verdict, v.category, v.key_line, v.phase) == ("crash", "killed", None, "load-weights")
+    assert "OOM killer" in v.hint
+
+
+def test_a_server_that_died_without_an_error_line_is_unknown_in_the_phase_it_reached():
+    v = triage_text("\n".join(healthy_start()[:3]), 1)
+    assert (v.verdict, v.category, v.key_line, v.phase) == ("crash", "unknown", None, "load-weights")
+    assert "read the end of the log" in v.hint
+
+
+def test_the_phase_is_where_the_cause_was_printed_even_when_another_rank_got_further():
+    # TP1 runs out of memory capturing CUDA graphs while TP0 finishes capturing: the advice is about CUDA graphs.
+    lines = healthy_start()[:6] + [
+        "[2025-11-01 10:00:07 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+        OOM_LINE,
+        "[2025-11-01 10:00:07 TP0] Capture cuda graph end. Time elapsed: 6.57 s",
+        "[2025-11-01 10:00:08] Received sigquit from a child process. It usually means the child failed."]
+    v = triage_text("\n".join(lines), 137)
+    assert (v.category, v.key_line, v.phase) == ("oom", OOM_LINE, "cuda-graph-capture")
+    assert "--cuda-graph-max-bs" in v.hint
+
+
+def test_a_slower_rank_printing_an_earlier_milestone_does_not_move_the_phase_back():
+    lines = healthy_start()[:6] + [
+        "[2025-11-01 10:00:07 TP1] Memory pool end. avail mem=12.31 GB",  # TP1 still finishing its KV pool
+        "[2025-11-01 10:00:07 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        OOM_LINE,
+        "[2025-11-01 10:00:08] Received sigquit from a child process. It usually means the child failed."]
+    v = triage_text("\n".join(lines), 137)
+    assert (v.category, v.phase) == ("oom", "cuda-graph-capture")
+    assert "--cuda-graph-max-bs" in v.hint
+
+
+def test_a_cause_printed_before_anything_placed_it_gets_the_phase_found_after_it():
+    # A log cut at the start: the OOM comes first; the exception wrapping it then shows where it happened.
+    lines = [OOM_LINE, "", "During handling of the above exception, another exception occurred:", "",
+             "Traceback (most recent call last):",
+             '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 310, in '
+             "__init__",
+             "    raise Exception(",
+             "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB."]
+    v = triage_text("\n".join(lines), 1)
+    assert (v.category, v.key_line, v.phase) == ("oom", OOM_LINE, "cuda-graph-capture")
+
+
+def test_of_equally_telling_lines_the_first_printed_is_the_key_line():
+    # Several ranks run out of memory; the key line quotes the first that said so.
+    later = OOM_LINE.replace("GPU 0", "GPU 3")
+    lines = healthy_start()[:6] + [SGLANG_PREFIX.format(i=0) + OOM_LINE, SGLANG_PREFIX.format(i=3) + later]
+    assert triage_text("\n".join(lines), 137).key_line == OOM_LINE
+
+
+def test_a_request_quoting_an_error_is_not_the_key_line_when_the_server_later_crashes():
+    lines = healthy_start() + [
+        "[2025-11-01 10:01:00] Receive: obj=GenerateReqInput(text='What does CUDA out of memory mean?', "
+        "sampling_params={'max_new_tokens': 8})",
+        "[2025-11-01 10:01:02 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        IMA_LINE,
+        "[2025-11-01 10:01:02] Received sigquit from a child process. It usually means the child failed."]
+    v = triage_text("\n".join(lines), 137)
+    assert (v.verdict, v.category, v.key_line) == ("crash", "illegal-memory-access", IMA_LINE)
+
+
+def test_an_overlong_error_line_is_kept_by_its_start():
+    line = IMA_LINE + " reading tensor([" + ", ".join(["0.0"] * 5000) + "])"
+    v = triage_text("\n".join(healthy_start()[:3] + [line]), 1)
+    assert v.key_line == line[:KEY_LINE_MAX] and v.key_line.startswith(IMA_LINE)
