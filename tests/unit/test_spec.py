@@ -85,7 +85,7 @@ def test_non_diff_patch_rejected(project):
 
     (project / "patches" / "p1" / "0002-bad.patch").write_text("just text\n")
     err = pytest.raises(ConfigError, load_patch_set, project / "patches", "p1").value
-    assert "0002-bad.patch" in str(err) and "unified diff" in str(err)
+    assert "0002-bad.patch" in str(err) and "not a diff git can apply" in str(err)
 
 
 def test_record_redacts_secret_env():
@@ -124,7 +124,7 @@ def test_ssh_transport_command_gives_the_remote_shell_back_each_argv_element_unc
 
     chan = _RecordingChannel()
     transport = SSHTransport.__new__(SSHTransport)  # no connection: only the command line is under test
-    transport.name, transport.host = "box", HOST
+    transport.name, transport.host = "box", HOST.model_copy(update={"python": sys.executable})
     transport._conn = types.SimpleNamespace(transport=types.SimpleNamespace(open_session=lambda: chan))
     echo_args = "import json, sys; print(json.dumps(sys.argv[1:]))"
     transport.start([sys.executable, "-c", echo_args, *HOSTILE])
