@@ -323,6 +323,11 @@ def sweep(
             raise typer.Exit(3)
         if any(r.status == Status.INFRA_ERROR for r in outcome.done):
             raise typer.Exit(3)
+        if outcome.done and all(r.status == Status.PREFLIGHT_FAILED for r in outcome.done):
+            first = outcome.done[0]
+            err.print(f"nothing ran: all {len(outcome.done)} attempt(s) were refused before launch; the first "
+                      f"({first.experiment} on {first.host}): {escape(first.error or '')}", highlight=False)
+            raise typer.Exit(3)
 
 
 @app.command()

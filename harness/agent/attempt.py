@@ -280,7 +280,9 @@ class Attempt:
         assert self.journal is not None
         self.server = Server(self.spec, self.link, self.attempt_dir, self.server_env(), self.marker,
                              self.check_abort, self.result)
-        self.server.launch(cwd=self.repo, on_started=self._journal_server)
+        # Its working directory is outside the tree: what a server writes where it runs (a core dump,
+        # a cache) must not land in the repo it is measured from.
+        self.server.launch(cwd=self.attempt_dir, on_started=self._journal_server)
 
     def _journal_server(self, pid: int, pgid: int, start: Optional[int]) -> None:
         """Before anything else happens: a killed agent's successor must know which server to stop."""

@@ -324,3 +324,23 @@ def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the
     assert "/health" in (rec.error or "")
     assert rec.timings["total_s"] < 60, "caught by the 600 s bench timeout, not by the liveness check"
     assert tree_snapshot(sim_target.repo) == before and not marked_processes(rec.run_id)
+
+
+# ============================================================================ a server that writes where it runs
+
+
+def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree(tmp_path, sim_target):
+    patches = patch_set(tmp_path, "core_dumper", "open('core.4242', 'wb').write(b'a core dump')\n")
+    before = tree_snapshot(sim_target.repo)
+    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
+                      arch="sm90", workdir=str(tmp_path / "work"))
+    for name in ("first", "second"):
+        f = write_experiment(tmp_path, name, free_port(), backend="flashinfer-mla", patches=["core_dumper"],
+                             bench=BENCH)
+        out = run_attempt(resolve(load_experiment(f), f, patches), "local", host, ResultsStore(tmp_path / "results"),
+                          new_run_id())
+        rec = load_record(out.directory / "record.json")
+        assert rec.status == "ok", f"{name}: {rec.error}"  # the second one too: nothing stray blocks it
+        assert rec.revert is not None and rec.revert.verified
+    assert tree_snapshot(sim_target.repo) == before
+    assert any((tmp_path / "work").rglob("core.4242")), "the file went to the attempt's own folder"

@@ -261,3 +261,17 @@ def test_a_second_harness_on_the_same_run_is_refused_at_once_and_nothing_is_dupl
     assert first.returncode == 0, rest
     by_key = ResultsStore(tmp_path / "results").records_by_key(run_id)
     assert len(by_key) == 2 and all(len(v) == 1 for v in by_key.values()), "an attempt ran twice"
+
+
+def test_a_sweep_in_which_nothing_ran_does_not_exit_0(tmp_path):
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    (Path(hosts["h"].repo) / "my-notes.txt").write_text("the user's work in progress\n")  # a dirty tree
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
+                                                                   hosts.items()}}))
+    small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]})
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir",
+                                  str(PATCHES)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "nothing ran: all 2 attempt(s) were refused before launch" in p.stderr
+    assert "my-notes.txt" in p.stderr
