@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
@@ -29,26 +28,17 @@ from harness.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 from tests.support import netns
+from tests.support.figures import figure, write_figures
 from tests.support.sshd import SSHServer, free_port
 
 pytestmark = pytest.mark.integration
 HARNESS = [sys.executable, "-m", "harness"]
 LONG_BENCH = [{"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64, "max_concurrency": 1}]
 
-_FIGURES: list[dict] = []
-
-
-def figure(fault: str, *, survived: bool, time_to_clean_s: float | None, lost: int, note: str = "") -> None:
-    _FIGURES.append({"fault": fault, "survived": survived, "time_to_clean_s": time_to_clean_s, "lost": lost,
-                     "note": note})
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _write_figures():
     yield
-    path = os.environ.get("HARNESS_FAULT_REPORT")
-    if path and _FIGURES:
-        Path(path).write_text(json.dumps(_FIGURES, indent=1) + "\n")
+    write_figures()
 
 
 def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:

@@ -23,11 +23,18 @@ from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import run_attempt
 from harness.sim import init_target
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.support.figures import figure, write_figures
 from tests.support.sshd import SSHServer, free_port
 
 pytestmark = pytest.mark.integration
 PROJECT = Path(__file__).resolve().parents[2]
 BENCH = [{"name": "bs1", "num_prompts": 2, "input_len": 16, "output_len": 8, "max_concurrency": 1}]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_figures():
+    yield
+    write_figures()
 
 
 def sha256(path: Path) -> str:
@@ -76,6 +83,9 @@ def test_without_sftp_every_artifact_arrives_byte_for_byte(tmp_path, sim_target,
         original = host_dir / p.name if p.parent == out.directory else host_dir / "profile" / p.name
         assert sha256(p) == sha256(original), f"{p.name} changed in transit"
     assert tree_snapshot(sim_target.repo) == before and not marked_processes(rec.run_id)
+    figure("host without the SFTP subsystem", survived=True, time_to_clean_s=None, lost=0,
+           note=f"{len(fetched)} artifacts (gzip traces, a log with non-UTF-8 bytes) fetched byte for byte, "
+                "each checked against the sha256 the agent reported")
 
 
 # ============================================================================ another login shell
@@ -138,6 +148,8 @@ def test_a_user_whose_login_shell_is_tcsh_runs_an_attempt_and_the_host_is_left_a
     assert rec.metrics["bs1"]["completed"] == 2
     assert rec.revert is not None and rec.revert.verified
     assert tree_snapshot(target_dir) == before and not marked_processes(rec.run_id)
+    figure("user whose login shell is tcsh", survived=True, time_to_clean_s=None, lost=0,
+           note="every command is the host's Python with a quote-free bootstrap; ran, reverted")
 
 
 # ============================================================================ a work dir that cannot be written
@@ -184,6 +196,9 @@ def test_a_work_dir_that_cannot_be_written_is_a_clear_error_naming_it_and_change
         assert "`workdir:`" in message and "Traceback" not in message
         assert tree_snapshot(sim_target.repo) == before
         assert not (sim_target.repo / ".git" / "harness" / "journal.json").exists()
+        figure(f"work dir {'on a full disk' if case == 'disk-full' else 'that is not a directory'}",
+               survived=True, time_to_clean_s=None, lost=0, note="clear error naming the path and `workdir:`; "
+               "nothing changed on the host")
     finally:
         if case == "disk-full":
             subprocess.run(["umount", str(tmp_path / "full")], check=False)
@@ -236,6 +251,8 @@ def test_host_keys_are_checked_on_every_hop_through_a_bastion(tmp_path, sim_targ
         assert f"[127.0.0.1]:{bastion.port}" in text, text
         assert ("unknown SSH host key" if bastion_key == "unknown" else "has CHANGED") in text
         assert not (tmp_path / "work").exists(), "nothing may be uploaded through an unverified bastion"
+        figure(f"bastion (ProxyJump) whose host key is {bastion_key}", survived=True, time_to_clean_s=None,
+               lost=0, note="refused before anything is sent, naming the bastion")
     assert tree_snapshot(sim_target.repo) == before
 
 
@@ -295,6 +312,9 @@ def test_a_grandchild_that_calls_setsid_and_clears_its_environment_does_not_outl
         os.kill(pid, 9)
     assert not escaped, "the escaped grandchild is still running after the attempt"
     assert rec.server is not None and rec.server.stop is not None and pid in rec.server.stop.stragglers
+    figure("a grandchild that calls setsid() and clears its environment", survived=True,
+           time_to_clean_s=rec.server.stop.stop_s, lost=0,
+           note="re-parented to the agent (a child subreaper) and ended with the server")
 
 
 # ============================================================================ a frozen server
@@ -324,6 +344,12 @@ def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the
     assert "/health" in (rec.error or "")
     assert rec.timings["total_s"] < 60, "caught by the 600 s bench timeout, not by the liveness check"
     assert tree_snapshot(sim_target.repo) == before and not marked_processes(rec.run_id)
+    frozen_for = rec.timings.get("bench_s")
+    figure("server frozen (SIGSTOP) during the benchmark", survived=True,
+           time_to_clean_s=round(rec.timings.get("bench_s", 0) + rec.timings.get("stop_s", 0)
+                                 + rec.timings.get("revert_s", 0), 1) if frozen_for is not None else None,
+           lost=0, note="hung after no_progress (4 s) without an answer on /health, not after the 600 s "
+                        "bench timeout; stopped, reverted")
 
 
 # ============================================================================ a server that writes where it runs
@@ -344,3 +370,5 @@ def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree
         assert rec.revert is not None and rec.revert.verified
     assert tree_snapshot(sim_target.repo) == before
     assert any((tmp_path / "work").rglob("core.4242")), "the file went to the attempt's own folder"
+    figure("server that writes into its working directory", survived=True, time_to_clean_s=None, lost=0,
+           note="runs outside the tree; two attempts in a row both ok")
