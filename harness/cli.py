@@ -10,28 +10,26 @@ import json
 import signal
 import sys
 import tempfile
-import traceback
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__
+from . import __version__, views
 from .config import HostConfig, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
+from .exits import errors_to_exit_codes, exit_code, signal_as_interrupt
 from .progress import AttemptProgress, SweepProgress
 from .project import bundled_dir, default_hosts_file, default_patches_dir
 from .protocol import Status
 from .resolve import resolve
-from .results import Record, ResultsStore, new_run_id
-from .runner import AttemptOutcome, run_attempt_in_foreground
+from .results import ResultsStore, new_run_id
+from .runner import run_attempt_in_foreground
 
 if TYPE_CHECKING:
-    from .plan import Plan
     from .scheduler import SweepOutcome
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -70,7 +68,7 @@ def run(
     wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another harness's lock on the repo."),
 ) -> None:
     """Run one experiment on one host: patch, launch, wait, benchmark, stop, revert, record."""
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         exp = load_experiment(experiment)
         resolved = resolve(exp, experiment, patches_dir or default_patches_dir(experiment))
         hosts_path = hosts_file or default_hosts_file(experiment)
@@ -81,7 +79,7 @@ def run(
         with AttemptProgress(out) as progress:
             outcome = run_attempt_in_foreground(resolved, name, host_cfg, store, run_id, reporter=progress,
                                                     lock_wait_s=wait)
-        _print_outcomes([outcome])
+        views.show_outcomes(out, [outcome])
         if outcome.record.status == Status.INFRA_ERROR:  # the host could not be used (e.g. another harness holds it)
             raise typer.Exit(3)
 
@@ -97,7 +95,7 @@ def triage(
 
     from .triage import triage_file
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         if not logfile.is_file():
             raise ConfigError("log file not found", file=logfile)
         v = triage_file(logfile, exit_code)
@@ -121,7 +119,7 @@ def status(
     """Each host's lock holder, leftover journal (an interrupted attempt), dirty files and GPU processes."""
     from .runner import host_status
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         inventory = load_inventory(hosts_file)
         names = hosts or list(inventory.hosts)
         results = {}
@@ -164,7 +162,7 @@ def recover(
     the tree exactly from its journal."""
     from .runner import recover_host
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         inventory = load_inventory(hosts_file)
         name, cfg = _pick_host(inventory.hosts, host, hosts_file)
         res = recover_host(name, cfg)
@@ -191,7 +189,7 @@ def profile_summary(
     """The operations that take the GPU's time, kernels grouped under the framework op that launched them."""
     from .profile import summarize_trace
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         if not trace.is_file():
             raise ConfigError("trace file not found", file=trace)
         try:
@@ -224,7 +222,7 @@ def sim_init(
     """Create a simulated SGLang target (a git repo) and print the interpreter path for hosts.yaml."""
     from .sim import ARCHES, init_target
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         if arch not in ARCHES:
             raise ConfigError(f"unknown arch {arch!r}", hint=f"choose one of: {', '.join(ARCHES)}")
         try:
@@ -245,7 +243,7 @@ def demo(
     different GPU arch — an H200 (sm90) and a B200 (sm100) — then print the comparison table."""
     from .sim import init_target
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         sweep_file = bundled_dir("experiments") / "sim" / "all-backends.yaml"
         patches_dir = bundled_dir("patches")
         with tempfile.TemporaryDirectory(prefix="harness-demo-") as tmp:
@@ -258,7 +256,7 @@ def demo(
                       f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
             store = ResultsStore(results_dir)
             outcome = _run_sweep(sweep_file, patches_dir, hosts, store, new_run_id())
-        _print_comparison([(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
+        views.show_comparison(out, [(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
                           plot_file=None)
         out.print(f"\nrecords: {results_dir / outcome.run_id}   (harness compare {outcome.run_id} "
                   f"--results-dir {results_dir})", highlight=False)
@@ -282,7 +280,7 @@ def sweep(
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
     from .plan import plan_sweep
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         hosts_path = hosts_file or default_hosts_file(sweep_file)
         inventory = load_inventory(hosts_path)
         from .config import load_sweep
@@ -308,10 +306,10 @@ def sweep(
             run_id = new_run_id()
         if dry_run:
             plan = plan_sweep(sweep_file, pdir, hosts)
-            _print_plan(plan, hosts)
+            views.show_plan(out, plan, hosts)
             return
         outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id)
-        _print_comparison([(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
+        views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
                           plot_file=None)
         if outcome.interrupted:
             err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with "
@@ -341,7 +339,7 @@ def compare(
 ) -> None:
     """One row per experiment: status (cause for failures), medians with spread, ratio to the baseline
     with significance, noise and comparability warnings."""
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         if fmt not in ("table", "markdown", "csv", "json"):
             raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
         store = ResultsStore(results_dir)
@@ -356,7 +354,7 @@ def compare(
                 known = store.run_ids()
                 raise ConfigError(f"no run {r!r} (looked for {store.run_path(r)})",
                                   hint=("known runs: " + ", ".join(known[-10:])) if known else "no runs yet")
-        _print_comparison(chosen, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file)
+        views.show_comparison(out, chosen, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file)
 
 
 @app.command()
@@ -371,7 +369,7 @@ def validate(
     from .patchcheck import dry_check, target_identity
     from .plan import plan_sweep
 
-    with _errors():
+    with errors_to_exit_codes(err, _debug):
         if not files:
             files = sorted(Path("experiments").rglob("*.yaml")) + ([Path("hosts.yaml")] if Path("hosts.yaml").is_file()
                                                                   else [])
@@ -434,68 +432,6 @@ def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig]
     return outcome
 
 
-def _print_plan(plan: Plan, hosts: dict[str, HostConfig]) -> None:
-    from .scheduler import why_host_does_not_fit
-
-    table = Table(title=f"plan of sweep {plan.name} ({len(plan.attempts)} attempts)", title_justify="left")
-    for col in ("#", "round", "experiment", "backend", "patch sets", "hosts that fit", "key"):
-        table.add_column(col)
-    for a in plan.attempts:
-        fits = [n for n, h in hosts.items() if why_host_does_not_fit(a, h) is None]
-        why = "; ".join(f"{n}: {why_host_does_not_fit(a, h)}" for n, h in hosts.items() if n not in fits)
-        table.add_row(str(a.order + 1), str(a.round), a.name, a.resolved.backend_name or "-",
-                      ", ".join(s.name for s in a.resolved.patch_sets) or "-",
-                      ", ".join(fits) if fits else f"[red]none[/] ({escape(why)})", a.key)
-    out.print(table)
-    if plan.budget.attempt or plan.budget.sweep:
-        out.print(f"budget: attempt {plan.budget.attempt or '-'} s, sweep {plan.budget.sweep or '-'} s")
-
-
-def _print_comparison(runs: list[tuple[ResultsStore, str]], *, baseline: str | None, metric: str, fmt: str,
-                      plot_file: Path | None) -> None:
-    from . import report
-
-    records: list[Record] = []
-    run_baseline = None
-    for store, run_id in runs:
-        run = store.find_run(run_id)
-        if run is not None:
-            run_baseline = run_baseline or run.baseline
-        records += store.final_records(run_id)
-    if not records:
-        raise ConfigError("no records to compare in " + ", ".join(str(store.run_path(r)) for store, r in runs))
-    rows = report.build_rows(records, metric=metric, baseline=baseline or run_baseline)
-    if plot_file is not None:
-        report.plot(rows, metric, str(plot_file))
-    if fmt == "markdown":
-        print(report.to_markdown(rows, metric), end="")
-    elif fmt == "csv":
-        print(report.to_csv(rows), end="")
-    elif fmt == "json":
-        print(report.to_json(rows, metric))
-    else:
-        table = Table(title=f"{metric} ({'lower' if report.lower_is_better(metric) else 'higher'} is better; "
-                            f"▲ better ▼ worse ≈ not significant ? too few samples)", title_justify="left")
-        for col in report.columns(rows):
-            table.add_column(col, overflow="fold")
-        for line in report.table_rows(rows):
-            style = None
-            table.add_row(*[escape(x) for x in line], style=style)
-        out.print(table)
-    if plot_file is not None and fmt == "table":
-        out.print(f"plot: {plot_file}", highlight=False)
-
-
-def _is_experiment(path: Path) -> bool:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        return True  # let the loader report it properly
-    return isinstance(data, dict) and "model" in data
-
-
 def _pick_host(hosts: dict[str, HostConfig], name: str | None, hosts_path: Path) -> tuple[str, HostConfig]:
     if name is None:
         if len(hosts) == 1:
@@ -511,87 +447,15 @@ def _pick_host(hosts: dict[str, HostConfig], name: str | None, hosts_path: Path)
     return name, hosts[name]
 
 
-def _print_outcomes(outcomes: list[AttemptOutcome]) -> None:
-    """One block per attempt: what happened, why, the numbers, and where the record is."""
-    for o in outcomes:
-        r: Record = o.record
-        style = {Status.OK: "green", Status.CRASHED: "red", Status.HUNG: "yellow"}.get(r.status, "magenta")
-        expect = r.expect or "ok"
-        met = "[green]as expected[/]" if r.expectation_met else f"[red]expected {expect}[/]"
-        out.print(f"[bold]{escape(r.experiment)}[/] on {escape(r.host)}: [{style}]{r.status}[/] ({met})")
-        if r.verdict is not None:
-            out.print(f"    cause: {r.verdict.category} in {r.verdict.phase or '?'}", highlight=False)
-            if r.verdict.key_line:
-                out.print(f"    key line: {escape(r.verdict.key_line)}", highlight=False)
-            if r.verdict.hint:
-                out.print(f"    hint: {escape(r.verdict.hint)}", highlight=False)
-        elif r.error:
-            out.print(f"    {escape(r.error.strip().splitlines()[0])}", highlight=False)
-        for case, m in r.metrics.items():
-            if "output_throughput" in m:
-                out.print(f"    {escape(case)}: {m['output_throughput']:.1f} output tok/s, median TTFT "
-                          f"{m.get('median_ttft_ms', float('nan')):.1f} ms, median ITL "
-                          f"{m.get('median_itl_ms', float('nan')):.2f} ms", highlight=False)
-        facts = []
-        if r.detect_latency_s is not None:
-            facts.append(f"crash detected {r.detect_latency_s:.2f}s after the server died")
-        if "ready_s" in r.timings:
-            facts.append(f"ready in {r.timings['ready_s']:.1f}s")
-        facts.append(f"total {r.timings.get('total_s', 0):.1f}s")
-        if r.revert is not None:
-            facts.append("tree restored byte-identical" if r.revert.verified else "[red]TREE NOT RESTORED[/]")
-        out.print("    " + ", ".join(facts), highlight=False)
-        out.print(f"    record: {o.directory / 'record.json'}", highlight=False)
-
-
-class _errors:
-    """Turn HarnessErrors into one clear message and the right exit code (traceback only with --debug)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Literal[False]:
-        if exc is None or isinstance(exc, (typer.Exit, SystemExit)):
-            return False
-        if isinstance(exc, KeyboardInterrupt):
-            err.print("interrupted", style="yellow")
-            raise typer.Exit(EXIT_INTERRUPTED)
-        if isinstance(exc, HarnessError):
-            if _debug:
-                traceback.print_exception(exc_type, exc, tb)
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-            raise typer.Exit(exc.exit_code)
-        return False
-
-
-# SIGTERM (a CI timeout, `timeout`, systemd) and SIGHUP (a closed terminal) end a run the way Ctrl-C does:
-# the server is stopped, the tree reverted and an `aborted` record written with every metric measured so
-# far; the exit code then says which signal it was (128 + its number).
-_signalled: int | None = None
-
-
-def _as_interrupt(signum: int, frame: object) -> None:
-    global _signalled
-    _signalled = signum
-    raise KeyboardInterrupt
-
-
-def _exit_code(code: str | int | None) -> str | int | None:
-    if _signalled is not None and code == EXIT_INTERRUPTED:
-        return 128 + _signalled
-    return code
-
-
 def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _as_interrupt)
+        signal.signal(sig, signal_as_interrupt)
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(_exit_code(EXIT_INTERRUPTED))
+        sys.exit(exit_code(EXIT_INTERRUPTED))
     except SystemExit as exc:
-        sys.exit(_exit_code(exc.code))
+        sys.exit(exit_code(exc.code))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from ..protocol import BenchCase, BenchResult, BenchStarted, Spec
 from .errors import StageFailed
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link
-from .procs import TICK_S, kill_group
+from .procs import STARTED, TICK_S, kill_group
 from .server import Server
 
 TRACE_RE = re.compile(r"-TP-\d+.*\.trace\.json(\.gz)?$")
@@ -67,6 +67,7 @@ class Load:
         with open(log_path, "ab") as logf:
             proc = subprocess.Popen(argv, cwd=self.attempt_dir, env=self.env, stdin=subprocess.DEVNULL, stdout=logf,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+        STARTED.add(proc.pid)
         deadline = time.monotonic() + float(self.spec.timeouts.bench)
         try:
             while proc.poll() is None:

@@ -17,6 +17,8 @@ from typing import Optional
 
 MARKER_ENV = "HARNESS_ATTEMPT"
 TICK_S = 0.05
+# Children this agent started on purpose (the server, benchmark clients, its watchdog): never orphans.
+STARTED: set[int] = set()
 
 
 def proc_stat(pid: int) -> Optional[tuple[str, int, int, int]]:
@@ -79,7 +81,7 @@ def reap_adopted(exclude: Iterable[int] = ()) -> None:
 def adopted_orphans(exclude: Iterable[int] = ()) -> list[int]:
     """Live processes re-parented to us (we are a child subreaper) and all their descendants: what a
     server left behind by double-forking, even with setsid() and a cleared environment (no marker)."""
-    skip = set(exclude) | {os.getpid()}
+    skip = set(exclude) | STARTED | {os.getpid()}
     by_parent: dict[int, list[int]] = {}
     for pid in all_pids():
         st = proc_stat(pid)
@@ -133,15 +135,21 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
         return not alive()
 
     def signal_all(sig: int) -> None:
-        # The group, and what carries our marker outside it (a benchmark client in its own session): the
-        # grace period is for all of them at once, not one after the other.
+        # The group, what carries our marker outside it (a benchmark client in its own session) and what was
+        # re-parented to us: the grace period is for all of them at once, not one after the other.
         kill_group(pgid, sig)
-        for pid in marked_pids(marker):
+        members = set(group_members(pgid))
+        others = [p for p in marked_pids(marker) if p not in members]
+        if popen is not None:
+            others += adopted_orphans(exclude=[popen.pid] + others)
+        outside.update(others)
+        for pid in others:
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
 
+    outside: set[int] = set()  # ended although outside the group: marked stragglers, orphans
     if alive():
         info["signal"] = "TERM"
         signal_all(signal.SIGTERM)
@@ -159,7 +167,7 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    info["stragglers"] = stragglers
+    info["stragglers"] = sorted(outside.union(stragglers))
     wait_gone(5.0)
     info["left"] = alive()
     info["stop_s"] = round(time.monotonic() - t0, 4)

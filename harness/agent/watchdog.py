@@ -20,7 +20,7 @@ from typing import Any
 
 from .hostio import write_json_atomic
 from .lock import RepoLock
-from .procs import proc_stat
+from .procs import STARTED, proc_stat
 from .status import stop_recorded_server
 from .tree import Tree
 
@@ -36,8 +36,9 @@ def spawn(repo: str, scratch_dir: str, env: dict[str, str], stop_grace: float, g
     encoded = base64.b64encode(json.dumps(args).encode()).decode()
     os.makedirs(scratch_dir, exist_ok=True)
     with open(os.path.join(scratch_dir, "watchdog.log"), "ab") as log:
-        subprocess.Popen([sys.executable, sys.argv[0], "--watchdog", encoded], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen([sys.executable, sys.argv[0], "--watchdog", encoded], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    STARTED.add(proc.pid)
 
 
 def agent_alive(pid: int, start: Any) -> bool:

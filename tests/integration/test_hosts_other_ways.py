@@ -271,17 +271,14 @@ def patch_set(tmp_path: Path, name: str, prologue: str) -> Path:
     return tmp_path / "patches"
 
 
-ESCAPE = '''import os, sys, time
+ESCAPE = '''import os, sys
 pidfile = os.environ.get("ESCAPE_PIDFILE")
 if pidfile and os.fork() == 0:
     os.setsid()
-    if os.fork() == 0:  # the grandchild: own session, no marker, parent gone -> re-parented
-        for key in list(os.environ):
-            del os.environ[key]
-        open(pidfile + ".tmp", "w").write(str(os.getpid()))
-        os.rename(pidfile + ".tmp", pidfile)
-        while True:
-            time.sleep(1)
+    if os.fork() == 0:  # the grandchild: own session, parent gone (re-parented), and an empty environment
+        code = ("import os, time; open(%r, 'w').write(str(os.getpid())); os.rename(%r, %r); time.sleep(600)"
+                % (pidfile + ".tmp", pidfile + ".tmp", pidfile))
+        os.execve(sys.executable, [sys.executable, "-c", code], {})  # no marker left in /proc/<pid>/environ
     os._exit(0)
 '''
 
