@@ -202,7 +202,7 @@ class Attempt:
             raise StageFailed("preflight-failed",
                               "found the journal of an interrupted attempt (%s) and could not restore the "
                               "tree exactly; changed paths: %s" % (journal.get("attempt_id"),
-                                                                    ", ".join(revert.get("diff", [])[:20])))
+                                                                    ", ".join(revert["diff"][:20])))
         if stopped.get("gpu_dirty"):
             raise StageFailed("preflight-failed", "the interrupted attempt's server still holds GPU memory after "
                               "recovery: %s" % stopped["gpu_dirty"], gpu_dirty=stopped["gpu_dirty"])

@@ -31,7 +31,7 @@ def host_status(repo: str, env: dict[str, str]) -> dict[str, Any]:
     out["gpu_apps"] = {str(pid): mib for pid, mib in apps.items()} if apps is not None else None
     head = git("rev-parse", "--verify", "-q", "HEAD", check=False)
     out["head"] = head.stdout.decode().strip() or None  # None: a repo without commits
-    out["dirty"] = [path for _, path in git.status_entries()]
+    out["dirty"] = git.status_entries()
     return out
 
 

@@ -48,10 +48,11 @@ class Git:
         p = self("rev-parse", "--absolute-git-dir", check=False)
         return p.stdout.decode().strip() if p.returncode == 0 else None
 
-    def status_entries(self) -> list[tuple[str, str]]:
-        """Dirty paths (tracked changes and untracked-not-ignored files), from porcelain v1 -z."""
+    def status_entries(self) -> list[str]:
+        """The paths of git status's entries: tracked changes and untracked-not-ignored files (porcelain v1
+        -z: `XY path`, one per NUL-terminated entry; with --no-renames a rename is a deletion and an addition)."""
         raw = self.out("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
-        return [(entry[:2], entry[3:]) for entry in raw.split("\0") if len(entry) > 3]
+        return [entry[3:] for entry in raw.split("\0") if entry]
 
     def tracked(self, paths: Sequence[str]) -> set[str]:
         if not paths:
@@ -79,20 +80,47 @@ class Git:
 
 
 def numstat_paths(raw: str) -> set[str]:
-    """Paths from `git apply --numstat -z` (renames come as an empty field then old\\0new)."""
+    """Paths from `git apply --numstat -z`: a NUL-terminated `added\\tdeleted\\tpath` per file. git apply names
+    a rename by its new path only (`apply` adds the old one from git status); the form `git diff` gives a
+    rename — an empty path, then old and new as the next two NUL-terminated fields — is read too."""
     out: set[str] = set()
-    parts = raw.split("\0")
-    i = 0
-    while i < len(parts):
-        fields = parts[i].split("\t")
-        if len(fields) >= 3 and fields[2] == "" and i + 2 < len(parts):
-            out.update((parts[i + 1], parts[i + 2]))
-            i += 3
-            continue
-        if len(fields) >= 3:
-            out.add(fields[2])
-        i += 1
+    fields = iter(raw.split("\0"))
+    for field in fields:
+        cols = field.split("\t", 2)  # a path may itself hold a tab
+        if len(cols) >= 3:
+            out.update([cols[2]] if cols[2] else [next(fields), next(fields)])
     return out
+
+
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def git_unquote(name: str) -> str:
+    """A path as git writes it in a patch header: as is, or in double quotes with C escapes (octal bytes)."""
+    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
+        return name
+    out, body, i = bytearray(), name[1:-1], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt in "01234567":
+                out.append(int(body[i + 1:i + 4], 8))
+                i += 4
+                continue
+            out.append(_C_ESCAPES.get(nxt, ord(nxt)))
+            i += 2
+            continue
+        out.extend(c.encode())
+        i += 1
+    return out.decode("utf-8", errors="surrogateescape")
+
+
+def rename_sources(patch_text: str) -> set[str]:
+    """The old paths of renames in a patch: `git apply --numstat` names a rename by its new path only, but
+    the old path is deleted by the patch, so the journal must restore it too."""
+    return {git_unquote(line[len("rename from "):].rstrip("\r"))
+            for line in patch_text.split("\n") if line.startswith("rename from ")}
 
 
 def unsafe_path(rel: str) -> bool:
@@ -139,7 +167,7 @@ class Tree:
 
     def dirty_paths(self, allow: Sequence[str]) -> tuple[list[str], list[str]]:
         """(every dirty path, those no allow-list glob covers); refuse the latter."""
-        dirty = [p for _, p in self.git.status_entries()]
+        dirty = self.git.status_entries()
         unexpected = [p for p in dirty if not any(fnmatch.fnmatch(p, g) for g in allow)]
         if unexpected:
             raise StageFailed("preflight-failed", "target tree %s is not clean; %d dirty path(s): %s" % (
@@ -161,7 +189,10 @@ class Tree:
             check = self.git("apply", "--check", "--whitespace=nowarn", *patch_paths, check=False)
             if check.returncode != 0:
                 raise StageFailed("apply-failed", self._name_failing_patch(patches, patch_paths, head, check.stderr))
-            touched.update(numstat_paths(self.git.out("apply", "--numstat", "-z", *patch_paths)))
+            touched.update(numstat_paths(self.git.out("apply", "--numstat", "-z", "--whitespace=nowarn",
+                                                      *patch_paths)))
+            for p in patches:
+                touched.update(rename_sources(p.text))
         for entry in files:
             if unsafe_path(entry.path):
                 raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
@@ -186,16 +217,16 @@ class Tree:
                 "created_dirs": sorted(created_dirs, key=lambda d: -d.count("/"))}
 
     def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
-        """Patches apply as a series: find the first one that does not, so the message can name it."""
-        culprit = None
-        for k in range(1, len(paths) + 1):
+        """Patches apply as a series and the whole series did not (git said `err`): the first patch whose
+        series does not apply is the one to name — the last one when every shorter series applies."""
+        culprit = patches[-1]
+        for k in range(1, len(paths)):
             p = self.git("apply", "--check", "--whitespace=nowarn", *paths[:k], check=False)
             if p.returncode != 0:
                 culprit, err = patches[k - 1], p.stderr
                 break
-        where = "patch set %s, %s" % (culprit.set, culprit.name) if culprit else "the patches"
-        return "%s does not apply to %s at %s:\n%s" % (where, self.repo, head[:12],
-                                                       err.decode(errors="replace").strip()[-3000:])
+        return "patch set %s, %s does not apply to %s at %s:\n%s" % (
+            culprit.set, culprit.name, self.repo, head[:12], err.decode(errors="replace").strip()[-3000:])
 
     # ------------------------------------------------------------------ apply
 
@@ -221,12 +252,12 @@ class Tree:
                 raise StageFailed("apply-failed", "git apply failed:\n" + p.stderr.decode(errors="replace")[-3000:])
         for entry in plan["files"]:
             dest = os.path.join(self.repo, entry.path)
-            os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
             with open(dest, "wb") as f:
                 f.write(base64.b64decode(entry.content_b64))
             os.chmod(dest, int(entry.mode))
         # Cross-check with git: anything changed that the journal does not cover is added to it.
-        changed = set(p for _, p in self.git.status_entries()) - set(journal["dirty_before"])
+        changed = set(self.git.status_entries()) - set(journal["dirty_before"])
         extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
         if extra:
             tracked = self.git.tracked(extra)

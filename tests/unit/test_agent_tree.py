@@ -34,8 +34,22 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
+def commit(repo: Path, message: str) -> None:
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", message)
+
+
+def git_state(repo: Path) -> tuple[str, str]:
+    """What git shows of a tree beyond its files: the branch checked out, and the staging area."""
+    return git(repo, "symbolic-ref", "HEAD"), git(repo, "status", "--porcelain=v1", "--untracked-files=all")
+
+
 @pytest.fixture
 def repo(tmp_path) -> Path:
+    return make_repo(tmp_path)
+
+
+def make_repo(tmp_path: Path) -> Path:
     """A small target tree: tracked files at several depths, one executable, one ignored folder."""
     r = tmp_path / "target"
     (r / "pkg" / "sub").mkdir(parents=True)
@@ -48,8 +62,7 @@ def repo(tmp_path) -> Path:
     (r / "tool.py").write_text("print('tool')\n")
     (r / ".gitignore").write_text("build/\n")
     git(r.parent, "init", "-q", str(r))
-    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
-    git(r, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "base")
+    commit(r, "base")
     (r / "notes.txt").write_text("the user's own untracked notes\n")  # untracked, not ignored: must survive
     (r / "build").mkdir()
     (r / "build" / "cache.bin").write_bytes(b"\x00ignored")
@@ -81,14 +94,15 @@ class RecordingLink(Link):
 
 
 def spec_for(repo: Path, tmp_path: Path, patches: list[str], files: list[tuple[str, bytes, int]] = (),
-             attempt_id: str = "a1") -> protocol.Spec:
+             attempt_id: str = "a1", run_id: str = "r1", mode: str = "apply-revert",
+             argv: list[str] = ("python3",)) -> protocol.Spec:
     return protocol.Spec.decode({
-        "protocol": protocol.PROTOCOL, "mode": "apply-revert", "run_id": "r1", "attempt_id": attempt_id,
+        "protocol": protocol.PROTOCOL, "mode": mode, "run_id": run_id, "attempt_id": attempt_id,
         "repo": str(repo), "workdir": str(tmp_path / "work"), "allow_dirty": ["notes.txt"], "base_ref": None,
         "patches": [{"set": "awkward", "name": f"{i:04d}.patch", "text": t} for i, t in enumerate(patches)],
         "files": [{"set": "awkward", "path": p, "mode": m, "content_b64": base64.b64encode(c).decode()}
                   for p, c, m in files],
-        "server": {"argv": ["python3"], "env": {}, "host": "127.0.0.1", "port": "auto"},
+        "server": {"argv": list(argv), "env": {}, "host": "127.0.0.1", "port": "auto"},
         "timeouts": {"stop_grace": 1, "gpu_release": 1}, "requirements": {},
         "heartbeat_timeout_s": None,
     })
@@ -96,6 +110,10 @@ def spec_for(repo: Path, tmp_path: Path, patches: list[str], files: list[tuple[s
 
 def journal_path(repo: Path) -> Path:
     return repo / ".git" / "harness" / "journal.json"
+
+
+def stages(link: RecordingLink) -> list[str]:
+    return [e["stage"] for e in link.events if e["event"] == "stage"]
 
 
 def awkward_patch(repo: Path) -> str:
@@ -116,12 +134,13 @@ def awkward_patch(repo: Path) -> str:
 
 
 def test_awkward_patch_set_is_applied_then_restored_byte_for_byte(repo, tmp_path):
-    before = tree_snapshot(repo)
+    before, git_before = tree_snapshot(repo), git_state(repo)
     seen_patched: dict[str, object] = {}
 
     def look() -> None:  # while patched: the patch really took effect
         seen_patched["module"] = (repo / "pkg/new/deeper/deepest/module.py").exists()
         seen_patched["whole_file"] = (repo / "extra/dir/blob.bin").read_bytes()
+        seen_patched["whole_file_in_existing_dir"] = (repo / "pkg/whole.py").read_bytes()
         seen_patched["gone"] = not (repo / "pkg/sub/gone.py").exists()
         seen_patched["renamed"] = (repo / "pkg/new_name.py").exists() and not (repo / "pkg/old_name.py").exists()
         seen_patched["tool_exec"] = bool((repo / "tool.py").stat().st_mode & stat.S_IXUSR)
@@ -129,15 +148,18 @@ def test_awkward_patch_set_is_applied_then_restored_byte_for_byte(repo, tmp_path
         seen_patched["journal"] = journal_path(repo).exists()
 
     link = RecordingLink({"compile": look})
-    spec = spec_for(repo, tmp_path, [awkward_patch(repo)], files=[("extra/dir/blob.bin", b"\x00\xffraw", 0o600)])
+    spec = spec_for(repo, tmp_path, [awkward_patch(repo)],
+                    files=[("extra/dir/blob.bin", b"\x00\xffraw", 0o600), ("pkg/whole.py", b"WHOLE = 1\n", 0o644)])
     result = Attempt(spec, link).run()
 
     assert result["status"] == "ok", result.get("error")
-    assert seen_patched == {"module": True, "whole_file": b"\x00\xffraw", "gone": True, "renamed": True,
-                            "tool_exec": True, "run_exec": False, "journal": True}
-    assert result["status"] == "ok", result.get("error")
-    assert result["revert"]["verified"] is True
+    assert seen_patched == {"module": True, "whole_file": b"\x00\xffraw", "whole_file_in_existing_dir": b"WHOLE = 1\n",
+                            "gone": True, "renamed": True, "tool_exec": True, "run_exec": False, "journal": True}
+    revert = result["revert"]
+    assert revert["verified"] is True and revert["diff"] == []
+    assert len(revert["tree_before"]) == 40 and revert["tree_after"] == revert["tree_before"]
     assert tree_snapshot(repo) == before  # every new directory gone, deletions and modes restored
+    assert git_state(repo) == git_before  # the same branch checked out, nothing staged
     assert not journal_path(repo).exists()
     assert (repo / "notes.txt").read_text() == "the user's own untracked notes\n"
     assert (repo / "build" / "cache.bin").read_bytes() == b"\x00ignored"
@@ -157,7 +179,7 @@ def test_files_created_in_the_tree_while_patched_make_the_revert_unverified(repo
 
     assert result["revert"]["verified"] is False
     assert set(result["revert"]["diff"]) >= {"pkg/__init__.py", "core.12345"}
-    assert result["status"] != "ok" and "revert could not be verified" in result["error"]
+    assert result["status"] == "infra-error" and "revert could not be verified" in result["error"]
     assert journal_path(repo).exists(), "the journal is the only trace of what was patched: it must stay"
     journal = json.loads(journal_path(repo).read_text())
     assert journal["attempt_id"] == "a1"
@@ -236,12 +258,14 @@ def test_whole_file_that_would_overwrite_an_untracked_user_file_is_refused(repo,
 
 def test_dirty_tree_is_refused_naming_every_dirty_path(repo, tmp_path):
     (repo / "pkg" / "server.py").write_text("local edit\n")
+    git(repo, "mv", "tool.py", "tool_renamed.py")  # a staged rename: both names are dirty
+    (repo / "x").write_text("a one-letter name\n")
     before = tree_snapshot(repo)
     spec = spec_for(repo, tmp_path, [])
     spec.allow_dirty = []
     result = Attempt(spec, RecordingLink()).run()
     assert result["status"] == "preflight-failed"
-    assert sorted(result["dirty"]) == ["notes.txt", "pkg/server.py"]
+    assert sorted(result["dirty"]) == ["notes.txt", "pkg/server.py", "tool.py", "tool_renamed.py", "x"]
     assert tree_snapshot(repo) == before
 
 
@@ -249,7 +273,7 @@ def test_status_entries_lists_paths_with_spaces_and_untracked_files_in_new_dirs(
     (repo / "dir with space").mkdir()
     (repo / "dir with space" / "a b.txt").write_text("x")
     (repo / "tool.py").write_text("changed\n")
-    paths = sorted(p for _, p in Git(str(repo)).status_entries())
+    paths = sorted(Git(str(repo)).status_entries())
     assert paths == ["dir with space/a b.txt", "notes.txt", "tool.py"]
 
 
@@ -270,3 +294,183 @@ def test_tree_state_changes_with_any_change_git_can_see(repo, tmp_path, change):
     assert git(repo, "status", "--porcelain", "--", "pkg/server.py", "pkg/new.py")  # git agrees it changed
     assert not list(Path(tmp_path).glob("tree-index-*")), "the scratch index is removed"
     assert os.path.exists(repo / ".git" / "index")
+
+
+# ------------------------------------------------------------------ what the plan refuses, before anything changes
+
+
+def test_patch_touching_an_allow_listed_dirty_file_is_refused_naming_it(repo, tmp_path):
+    """Revert restores a patched file from the base commit: on a file with the user's own (allow-listed)
+    edits that would throw the edits away, so the attempt is refused even where git apply would succeed."""
+    def edit(s: Path) -> None:
+        old = s / "pkg" / "old_name.py"
+        old.write_text(old.read_text().replace("LINE_0 = 0", "LINE_0 = 'patched'"))
+        (s / "pkg" / "server.py").write_text("def serve():\n    return 'patched'\n")
+
+    patch = diff_of(repo, edit)
+    with open(repo / "pkg" / "old_name.py", "a") as f:  # far from the patch's hunk
+        f.write("USER_EDIT = 1\n")
+    before = tree_snapshot(repo)
+    spec = spec_for(repo, tmp_path, [patch])
+    spec.allow_dirty = ["notes.txt", "pkg/old_name.py"]
+    result = Attempt(spec, RecordingLink()).run()
+    assert result["status"] == "preflight-failed"
+    assert "pkg/old_name.py" in result["error"] and "dirty (allow-listed)" in result["error"]
+    assert "pkg/server.py" not in result["error"]
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+def test_patch_renaming_an_allow_listed_dirty_file_is_refused_and_the_users_edits_kept(repo, tmp_path):
+    patch = diff_of(repo, lambda s: (s / "pkg" / "old_name.py").rename(s / "pkg" / "new_name.py"))
+    with open(repo / "pkg" / "old_name.py", "a") as f:
+        f.write("USER_EDIT = 1\n")
+    before = tree_snapshot(repo)
+    spec = spec_for(repo, tmp_path, [patch])
+    spec.allow_dirty = ["notes.txt", "pkg/old_name.py"]
+    result = Attempt(spec, RecordingLink()).run()
+    assert tree_snapshot(repo) == before
+    assert result["status"] == "preflight-failed" and "pkg/old_name.py" in result["error"]
+
+
+def test_whole_file_over_an_ignored_user_file_is_refused_and_the_file_kept(repo, tmp_path):
+    """git does not list ignored files, but revert would delete what the patch set wrote there."""
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [], files=[("build/cache.bin", b"ours", 0o644)]), RecordingLink()).run()
+    assert result["status"] == "apply-failed"
+    assert "build/cache.bin" in result["error"] and "move it away" in result["error"]
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+def test_whole_file_with_a_path_outside_the_tree_is_refused_naming_the_patch_set(repo, tmp_path):
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [], files=[("../outside.txt", b"x", 0o644)]), RecordingLink()).run()
+    assert result["status"] == "apply-failed"
+    assert "awkward" in result["error"] and "../outside.txt" in result["error"]
+    assert not (repo.parent / "outside.txt").exists()
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+# ------------------------------------------------------------------ the host's git and its names
+
+
+def test_the_hosts_git_config_does_not_change_what_a_patch_writes(repo, tmp_path):
+    """A host with apply.whitespace=fix: a patch that adds trailing whitespace is applied as it was made."""
+    git(repo, "config", "apply.whitespace", "fix")
+    patch = diff_of(repo, lambda s: (s / "pkg" / "server.py").write_text("def serve():  \n    return 'x'\n"))
+    before = tree_snapshot(repo)
+    seen = {}
+    link = RecordingLink({"compile": lambda: seen.update(text=(repo / "pkg" / "server.py").read_text())})
+    result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
+    assert result["status"] == "ok", result.get("error")
+    assert seen["text"] == "def serve():  \n    return 'x'\n"
+    assert tree_snapshot(repo) == before
+
+
+def test_a_host_whose_git_refuses_whitespace_errors_still_applies_the_patch(repo, tmp_path):
+    git(repo, "config", "apply.whitespace", "error")
+    patch = diff_of(repo, lambda s: (s / "pkg" / "server.py").write_text("def serve():  \n    return 'x'\n"))
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [patch]), RecordingLink()).run()
+    assert result["status"] == "ok", result.get("error")
+    assert tree_snapshot(repo) == before
+
+
+def test_tree_changed_between_preflight_and_apply_fails_as_apply_failed_naming_the_file(repo, tmp_path):
+    """git apply writes nothing when it fails; the attempt says apply-failed in git's words, which name
+    the file — even a name that is not UTF-8, on a host whose git prints such names raw."""
+    name = os.fsdecode(b"caf\xe9.txt")
+    (repo / name).write_text("menu\n")
+    commit(repo, "a latin-1 name")
+    git(repo, "config", "core.quotePath", "false")
+    patch = diff_of(repo, lambda s: (s / name).write_text("carte\n"))
+    link = RecordingLink({"patch": lambda: (repo / name).write_text("changed after the preflight\n")})
+    result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
+    assert result["status"] == "apply-failed"
+    assert "caf\ufffd.txt" in result["error"]
+    assert result["revert"]["verified"] is True and not journal_path(repo).exists()
+
+
+def test_files_whose_names_look_like_options_are_restored(repo, tmp_path):
+    (repo / "-dash.txt").write_text("looks like an option\n")
+    commit(repo, "a dash")
+    before = tree_snapshot(repo)
+    patch = diff_of(repo, lambda s: (s / "-dash.txt").write_text("patched\n"))
+    result = Attempt(spec_for(repo, tmp_path, [patch]), RecordingLink()).run()
+    assert result["status"] == "ok", result.get("error")
+    assert tree_snapshot(repo) == before
+
+
+def test_patch_creating_a_file_with_a_tab_in_its_name_is_reverted(repo, tmp_path):
+    """git's numstat separates fields with tabs, so the plan misreads such a name; the check against git
+    status after applying puts the real name in the journal."""
+    before = tree_snapshot(repo)
+    patch = diff_of(repo, lambda s: (s / "pkg" / "a\tb.py").write_text("TAB = 1\n"))
+    seen = {}
+    link = RecordingLink({"compile": lambda: seen.update(json.loads(journal_path(repo).read_text()))})
+    result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
+    assert result["status"] == "ok", result.get("error")
+    assert "pkg/a\tb.py" in seen["delete"]
+    assert tree_snapshot(repo) == before
+
+
+def test_a_users_empty_folder_that_a_new_file_goes_into_is_kept(repo, tmp_path):
+    (repo / "pkg" / "empty").mkdir()  # invisible to git, the user's all the same
+    before = tree_snapshot(repo)
+    spec = spec_for(repo, tmp_path, [], files=[("pkg/empty/new.py", b"NEW = 1\n", 0o644)])
+    result = Attempt(spec, RecordingLink()).run()
+    assert result["status"] == "ok", result.get("error")
+    assert tree_snapshot(repo) == before
+
+
+def test_a_patch_set_changing_more_than_200_files_is_restored(repo, tmp_path):
+    """Revert restores in chunks of paths (argv limits): every chunk is restored."""
+    (repo / "many").mkdir()
+    for i in range(250):
+        (repo / "many" / f"m{i:03d}.py").write_text(f"N = {i}\n")
+    commit(repo, "many files")
+    before = tree_snapshot(repo)
+    patch = diff_of(repo, lambda s: [(s / "many" / f"m{i:03d}.py").write_text("N = -1\n") for i in range(250)])
+    result = Attempt(spec_for(repo, tmp_path, [patch]), RecordingLink()).run()
+    assert result["status"] == "ok", result.get("error")
+    assert len(result["changed_paths"]["restore"]) == 250
+    assert tree_snapshot(repo) == before
+
+
+def test_the_same_attempt_run_twice_in_one_work_dir_runs_both_times(repo, tmp_path):
+    """A retry that reuses the attempt's id finds its work folder, patches included, from last time."""
+    before = tree_snapshot(repo)
+    for _ in range(2):
+        result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink()).run()
+        assert result["status"] == "ok", result.get("error")
+    assert os.listdir(tmp_path / "work" / "attempts" / "r1" / "a1" / "patches") == ["00-awkward-0000.patch"]
+    assert tree_snapshot(repo) == before
+
+
+# ------------------------------------------------------------------ what the verification must see
+
+
+def test_a_tracked_file_in_an_ignored_folder_changed_while_patched_makes_the_revert_unverified(repo, tmp_path):
+    """`build/` is ignored, but a file force-added there is tracked: it is part of the tree."""
+    (repo / "build" / "tracked.cfg").write_text("tracked despite .gitignore\n")
+    git(repo, "add", "-f", "build/tracked.cfg")
+    commit(repo, "a tracked file in an ignored folder")
+    link = RecordingLink({"compile": lambda: (repo / "build" / "tracked.cfg").write_text("changed\n")})
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
+    assert result["revert"]["verified"] is False and result["revert"]["diff"] == ["build/tracked.cfg"]
+    assert result["status"] == "infra-error" and journal_path(repo).exists()
+
+
+def test_unverified_revert_names_a_stray_file_whose_name_is_not_utf8(repo, tmp_path):
+    git(repo, "config", "core.quotePath", "false")  # git prints such names raw
+    link = RecordingLink({"compile": lambda: (repo / os.fsdecode(b"core.\xe9")).write_bytes(b"x")})
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
+    assert result["revert"]["verified"] is False and result["revert"]["diff"] == ["core.\ufffd"]
+    assert result["status"] == "infra-error" and journal_path(repo).exists()
+
+
+def test_revert_restores_from_the_base_commit_even_a_patched_file_someone_staged(repo, tmp_path):
+    before, git_before = tree_snapshot(repo), git_state(repo)
+    link = RecordingLink({"compile": lambda: git(repo, "add", "pkg/server.py")})
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
+    assert result["status"] == "ok", result.get("error")
+    assert tree_snapshot(repo) == before and git_state(repo) == git_before

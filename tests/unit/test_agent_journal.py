@@ -1,0 +1,279 @@
+"""The journal and recovery, run in-process against real git repositories (and real processes).
+
+The journal on disk is read by a different agent than the one that wrote it — the next one after this
+agent was SIGKILLed, or `harness recover` — and by `harness status`: whatever state this agent dies in,
+what is on disk must be enough to stop its server and put the tree back. These tests kill the agent
+(by stopping to drive it) at each point and let a fresh `Attempt` recover; the tree is judged with
+`tree_snapshot`, the processes with `marked_processes` (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from harness.agent.__main__ import final_report
+from harness.agent.attempt import Attempt
+from harness.agent.tree import Git
+from tests.conftest import marked_processes, tree_snapshot
+from tests.unit.test_agent_tree import (
+    RecordingLink,
+    awkward_patch,
+    diff_of,
+    git,
+    journal_path,
+    make_repo,
+    spec_for,
+    stages,
+)
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]  # a "server" that runs until stopped
+AWKWARD_RESTORE = ["pkg/old_name.py", "pkg/server.py", "pkg/sub/gone.py", "run.sh", "tool.py"]
+AWKWARD_DELETE = ["extra/dir/blob.bin", "pkg/new/deeper/deepest/module.py", "pkg/new_name.py"]
+BLOB = [("extra/dir/blob.bin", b"blob", 0o644)]
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    return make_repo(tmp_path)
+
+
+def read_journal(repo: Path) -> dict:
+    return json.loads(journal_path(repo).read_text())
+
+
+def start_time(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat: what tells a process from a later one with the same pid."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def end_leftovers(run_id: str) -> None:
+    """After the assertions' facts are taken: a test never leaves its own server running."""
+    for pid in marked_processes(run_id + "/"):
+        os.kill(pid, signal.SIGKILL)
+
+
+def killed_while_patched(repo: Path, tmp_path: Path) -> None:
+    """Attempt "killed" applied the awkward patch set, then its agent died (SIGKILL: no cleanup ran)."""
+    dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], files=BLOB, attempt_id="killed"), RecordingLink())
+    dying.take_lock()
+    dying.apply(dying.preflight())
+    dying.release_lock()  # the kernel drops a dead process's flock
+
+
+def recover(repo: Path, tmp_path: Path, link: RecordingLink | None = None) -> dict:
+    return Attempt(spec_for(repo, tmp_path, [], attempt_id="recover", run_id="rescuer"), link or RecordingLink()).recover()
+
+
+# ------------------------------------------------------------------ what the journal says
+
+
+def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(repo, tmp_path):
+    head = git(repo, "rev-parse", "HEAD").strip()
+    seen: dict = {}
+    link = RecordingLink({"compile": lambda: seen.update(read_journal(repo))})
+    attempt = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], files=BLOB), link)
+    result = attempt.run()
+    assert result["status"] == "ok", result.get("error")
+
+    expected = {"version": 1, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
+                "repo": str(repo), "base_commit": head, "dirty_before": ["notes.txt"], "restore": AWKWARD_RESTORE,
+                "delete": AWKWARD_DELETE, "server": None, "state": "applied"}
+    assert {k: seen.get(k, "(missing)") for k in expected} == expected
+    created_dirs = seen["created_dirs"]  # deepest first: each is removed once emptied
+    assert sorted(created_dirs) == ["extra", "extra/dir", "pkg/new", "pkg/new/deeper", "pkg/new/deeper/deepest"]
+    assert [d.count("/") for d in created_dirs] == sorted((d.count("/") for d in created_dirs), reverse=True)
+    assert len(seen["tree_before"]) == 40
+    created = datetime.strptime(seen["created"], "%Y-%m-%dT%H:%M:%S%z")
+    assert abs(datetime.now(timezone.utc) - created) < timedelta(minutes=10)
+
+    assert result["changed_paths"] == {"restore": AWKWARD_RESTORE, "delete": AWKWARD_DELETE}
+    assert stages(link) == ["lock", "preflight", "patch", "compile", "revert"]
+    assert final_report(result, attempt, link).status == "ok"  # every key is one the protocol declares
+
+
+class KilledHere(BaseException):
+    """Stands for SIGKILL: nothing after this point runs in the dying agent."""
+
+
+def edits_deletions_new_dirs_and_modes(s: Path) -> None:
+    (s / "pkg" / "new" / "deeper").mkdir(parents=True)
+    (s / "pkg" / "new" / "deeper" / "module.py").write_text("NEW = True\n")
+    (s / "pkg" / "sub" / "gone.py").unlink()
+    (s / "pkg" / "server.py").write_text("def serve():\n    return 'patched'\n")
+    (s / "tool.py").chmod(0o755)
+
+
+def a_rename(s: Path) -> None:
+    (s / "pkg" / "old_name.py").rename(s / "pkg" / "new_name.py")
+
+
+
+
+@pytest.mark.parametrize("edit", [edits_deletions_new_dirs_and_modes,
+                                  a_rename])
+def test_agent_killed_right_after_git_apply_is_recovered_from_the_journal_written_before(repo, tmp_path, edit):
+    class DiesRightAfterGitApply(Git):
+        def __call__(self, *args, **kw):
+            p = super().__call__(*args, **kw)
+            if args[0] == "apply" and "--check" not in args and "--numstat" not in args:
+                raise KilledHere()
+            return p
+
+    before = tree_snapshot(repo)
+    dying = Attempt(spec_for(repo, tmp_path, [diff_of(repo, edit)], files=BLOB, attempt_id="killed"), RecordingLink())
+    dying.take_lock()
+    plan = dying.preflight()
+    dying.tree.git = DiesRightAfterGitApply(dying.repo)
+    with pytest.raises(KilledHere):
+        dying.apply(plan)
+    dying.release_lock()
+    assert tree_snapshot(repo) != before  # the patch is in the tree
+
+    journal = read_journal(repo)
+    assert journal["state"] == "applying" and journal["attempt_id"] == "killed"
+    result = recover(repo, tmp_path)
+    assert result["status"] == "ok", result.get("error")
+    assert result["recovered"]["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+def test_a_journal_file_that_is_not_a_json_object_is_not_taken_for_a_journal(repo, tmp_path):
+    journal_path(repo).parent.mkdir(parents=True)
+    journal_path(repo).write_text("[]")
+    before = tree_snapshot(repo)
+    result = recover(repo, tmp_path)
+    assert result["status"] == "ok", result.get("error")
+    assert result["recovered"] is None and "nothing to recover" in result["message"]
+    assert tree_snapshot(repo) == before
+
+
+# ------------------------------------------------------------------ a server and its end
+
+
+def test_cleanup_stops_the_server_it_launched_then_restores_the_tree(repo, tmp_path):
+    before = tree_snapshot(repo)
+    run_id = "serve-" + tmp_path.name
+    link = RecordingLink()
+    attempt = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], run_id=run_id, mode="attempt", argv=SLEEPER), link)
+    try:
+        attempt.take_lock()
+        attempt.apply(attempt.preflight())
+        attempt.launch()
+        pid = attempt.server.proc.pid
+        started = start_time(pid)
+        running = read_journal(repo)  # before anything else happens, the journal knows the server
+        attempt.cleanup()
+        alive = marked_processes(run_id + "/")
+    finally:
+        end_leftovers(run_id)
+
+    assert running["state"] == "running"
+    assert running["server"] == {"pid": pid, "pgid": pid, "start": started}
+    assert alive == []
+    assert attempt.result["stop"]["signal"] == "TERM" and attempt.result["stop"]["left"] == []
+    assert stages(link) == ["stop", "revert"]
+    assert attempt.result["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+    assert final_report(attempt.result, attempt, link).status == "ok"
+
+
+def test_agent_killed_while_its_server_runs_the_next_agent_stops_that_server_and_restores_the_tree(repo, tmp_path):
+    before = tree_snapshot(repo)
+    run_id = "killed-" + tmp_path.name
+    dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], run_id=run_id, attempt_id="killed",
+                             mode="attempt", argv=SLEEPER), RecordingLink())
+    link = RecordingLink()
+    try:
+        dying.take_lock()
+        dying.apply(dying.preflight())
+        dying.launch()
+        dying.release_lock()  # killed: no cleanup, the server goes on
+        pid = dying.server.proc.pid
+        result = recover(repo, tmp_path, link)
+        alive = marked_processes(run_id + "/")
+    finally:
+        end_leftovers(run_id)
+
+    assert alive == []
+    assert result["status"] == "ok", result.get("error")
+    assert result["recovered"]["stop"]["state"] == "stopped"
+    assert [e["journal"]["server"]["pid"] for e in link.events if e["event"] == "recovering"] == [pid]
+    assert result["recovered"]["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+# ------------------------------------------------------------------ recover, and what it refuses
+
+
+def test_recover_reports_its_stages_and_its_wall_time(repo, tmp_path):
+    link = RecordingLink()
+    attempt = Attempt(spec_for(repo, tmp_path, []), link)
+    t0 = time.monotonic()
+    attempt.recover()
+    elapsed = time.monotonic() - t0
+    assert stages(link) == ["lock", "recover"]
+    assert set(attempt.timings) == {"lock_s", "recover_s", "total_s"}
+    assert 0 < attempt.timings["total_s"] <= round(elapsed, 4)  # rounded to 0.1 ms, as the stages are
+
+
+def test_recover_while_another_agent_holds_the_lock_names_it_and_changes_nothing(repo, tmp_path):
+    holder = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], attempt_id="holder"), RecordingLink())
+    holder.take_lock()
+    holder.apply(holder.preflight())
+    try:
+        patched, journal = tree_snapshot(repo), journal_path(repo).read_text()
+        result = recover(repo, tmp_path)
+        assert tree_snapshot(repo) == patched and journal_path(repo).read_text() == journal
+    finally:
+        holder.cleanup()
+    assert result["status"] == "infra-error"
+    assert result["locked_by"]["attempt_id"] == "holder" and result["locked_by"]["run_id"] == "r1"
+    assert "holder" in result["error"]
+
+
+def test_a_revert_that_fails_is_reported_as_infra_error_and_the_journal_kept_for_recovery(repo, tmp_path):
+    before = tree_snapshot(repo)
+    index_lock = repo / ".git" / "index.lock"  # another git command holds the index while we revert
+    link = RecordingLink({"compile": lambda: index_lock.write_text("")})
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
+    assert result["status"] == "infra-error"
+    assert "cleanup failed" in result["error"] and "index.lock" in result["error"]
+    assert journal_path(repo).exists()
+
+    index_lock.unlink()
+    assert recover(repo, tmp_path)["status"] == "ok"
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+def test_recovery_that_cannot_restore_exactly_refuses_naming_the_attempt_and_up_to_20_changed_paths(repo, tmp_path):
+    killed_while_patched(repo, tmp_path)
+    strays = [f"core.{i}" for i in range(25)]
+    for name in strays:
+        (repo / name).write_bytes(b"core dump")
+    result = recover(repo, tmp_path)
+    assert result["status"] == "preflight-failed"
+    assert "killed" in result["error"]
+    listed = result["error"].split("changed paths: ", 1)[1].split(", ")
+    assert len(listed) == 20 and set(listed) <= set(strays)
+    assert result["recovered"]["revert"]["verified"] is False and journal_path(repo).exists()
+
+
+def test_recovery_after_git_pruned_the_recorded_tree_still_refuses_naming_the_attempt(repo, tmp_path):
+    """Weeks later, `git gc` has pruned the (unreachable) tree object the journal recorded: git can no longer
+    say what differs, but the recovery still reports the interrupted attempt instead of failing in git."""
+    killed_while_patched(repo, tmp_path)
+    (repo / "core.1").write_bytes(b"core dump")
+    git(repo, "gc", "-q", "--prune=now")
+    result = recover(repo, tmp_path)
+    assert result["status"] == "preflight-failed"
+    assert result["recovered"]["journal"]["attempt_id"] == "killed"
+    assert result["recovered"]["revert"]["verified"] is False and journal_path(repo).exists()
