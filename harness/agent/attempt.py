@@ -219,11 +219,10 @@ class Attempt:
         self._check_gpus_released()
         dirty_before, _ = self.tree.dirty_paths(self.spec.allow_dirty)
         self._choose_port()
-        tree_before = self.tree.git.tree_state(self.attempt_dir)
         self._check_target_fits()
         plan = self.tree.plan(self.spec.patches, self.spec.files, dirty_before,
                               os.path.join(self.attempt_dir, "patches"), head)
-        plan.update(base=head, tree_before=tree_before, dirty_before=sorted(dirty_before))
+        plan.update(base=head, dirty_before=sorted(dirty_before))
         return plan
 
     def _check_gpus_released(self) -> None:
@@ -263,7 +262,7 @@ class Attempt:
 
     def apply(self, plan: dict[str, Any]) -> None:
         identity = {"run_id": self.spec.run_id, "attempt_id": self.spec.attempt_id, "marker": self.marker}
-        self.journal = self.tree.new_journal(identity, plan["base"], plan["tree_before"], plan["dirty_before"], plan)
+        self.journal = self.tree.new_journal(identity, plan["base"], plan["dirty_before"], plan)
         self.tree.apply(self.journal, plan)
         self.result["changed_paths"] = {"restore": self.journal["restore"], "delete": self.journal["delete"]}
 

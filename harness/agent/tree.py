@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import hashlib
+import json
 import os
 import shutil
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Dict, Optional
@@ -23,6 +26,8 @@ from .hostio import read_json, run, write_json_atomic
 
 Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
+MANIFEST = "manifest.json"  # under .git/harness/: the tree before the attempt, path by path
+BACKUP = "backup"  # under .git/harness/: the raw bytes of every tracked file the patches touch
 
 
 class Git:
@@ -60,23 +65,48 @@ class Git:
         p = self("ls-files", "-z", "--", *paths)
         return set(x for x in p.stdout.decode(errors="surrogateescape").split("\0") if x)
 
-    def tree_state(self, scratch_dir: str) -> str:
-        """Content hash of the work tree: tracked files plus untracked files that are not ignored.
+    def manifest(self) -> dict[str, str]:
+        """The work tree as it is on disk, byte for byte: {path: what is there} for every tracked file
+        (`missing` when deleted) and every untracked file that is not ignored.
 
-        Built with a throw-away index (the real one is never touched), so it is git's own tree hash of
-        exactly what is on disk; two equal hashes mean byte-identical trees (modes included).
+        Read without any git filter: with `core.autocrlf` or an eol attribute, git's own hash of a file
+        (what `git add` would store) can stay the same while its bytes changed; this cannot.
         """
-        index = os.path.join(scratch_dir, "tree-index-%d" % os.getpid())
-        try:
-            real = os.path.join(self.out("rev-parse", "--absolute-git-dir").strip(), "index")
-            if os.path.exists(real):
-                shutil.copyfile(real, index)
-            env = {"GIT_INDEX_FILE": index}
-            self("add", "-A", "--", ".", env=env)
-            return self.out("write-tree", env=env).strip()
-        finally:
-            if os.path.exists(index):
-                os.remove(index)
+        raw = self.out("ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        return {rel: _describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
+
+
+def _describe(path: str) -> str:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    if stat.S_ISLNK(st.st_mode):
+        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+    if not stat.S_ISREG(st.st_mode):
+        return "other:%o" % stat.S_IFMT(st.st_mode)  # a submodule's folder, a fifo
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", h.hexdigest())
+
+
+def copy_raw(src: str, dst: str) -> None:
+    """Copy a file or symlink as it is (bytes, mode, link target); a missing source copies nothing."""
+    if not os.path.lexists(src):
+        return
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.islink(dst) or (os.path.lexists(dst) and not os.path.isdir(dst)):
+        os.remove(dst)
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def digest(manifest: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
 def numstat_paths(raw: str) -> set[str]:
@@ -150,6 +180,14 @@ class Tree:
         return self.harness_dir
 
     # ------------------------------------------------------------------ before
+
+    def snapshot(self) -> str:
+        """The tree as it is now, byte for byte: kept beside the journal (to name what differs should the
+        revert not match it) and returned as one digest for the journal."""
+        assert self.harness_dir is not None
+        manifest = self.git.manifest()
+        write_json_atomic(os.path.join(self.harness_dir, MANIFEST), manifest)
+        return digest(manifest)
 
     def head(self) -> str:
         return self.git.out("rev-parse", "HEAD").strip()
@@ -230,11 +268,11 @@ class Tree:
 
     # ------------------------------------------------------------------ apply
 
-    def new_journal(self, identity: Mapping[str, Any], base: str, tree_before: str, dirty_before: list[str],
+    def new_journal(self, identity: Mapping[str, Any], base: str, dirty_before: list[str],
                     plan: Mapping[str, Any]) -> Journal:
         journal = dict(identity)
-        journal.update({"version": 1, "agent_pid": os.getpid(), "repo": self.repo, "base_commit": base,
-                        "tree_before": tree_before, "dirty_before": dirty_before, "restore": plan["restore"],
+        journal.update({"version": 2, "agent_pid": os.getpid(), "repo": self.repo, "base_commit": base,
+                        "tree_before": None, "dirty_before": dirty_before, "restore": plan["restore"],
                         "delete": plan["delete"], "created_dirs": plan["created_dirs"], "server": None,
                         "state": "applying", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         return journal
@@ -245,7 +283,15 @@ class Tree:
 
     def apply(self, journal: Journal, plan: Mapping[str, Any]) -> None:
         """All or nothing: the journal first, then git apply (which writes nothing when it fails)."""
+        assert self.harness_dir is not None
+        backup = os.path.join(self.harness_dir, BACKUP)
+        journal["backup"] = backup
+        journal["tree_before"] = self.snapshot()  # "as found" is the tree right before the first change
         self.save(journal)  # before the first byte changes
+        if os.path.lexists(backup):
+            shutil.rmtree(backup)  # our own folder under .git/harness, left by an attempt that was recovered
+        for rel in journal["restore"]:  # the bytes as they are, whatever git's filters would make of them
+            copy_raw(os.path.join(self.repo, rel), os.path.join(backup, rel))
         if plan["patch_paths"]:
             p = self.git("apply", "--whitespace=nowarn", *plan["patch_paths"], check=False)
             if p.returncode != 0:
@@ -284,31 +330,43 @@ class Tree:
     # ------------------------------------------------------------------ revert and verify
 
     def revert(self, journal: Journal) -> dict[str, Any]:
-        """Restore exactly what the journal lists; then verify the tree hash. Only a verified revert
-        removes the journal: an unverified one keeps it, so the next preflight refuses this tree."""
+        """Restore exactly what the journal lists — the bytes saved before applying, else the base commit's
+        version — then compare the tree with the snapshot, byte for byte. Only a verified revert removes
+        the journal: an unverified one keeps it, so the next preflight refuses this tree."""
         restore = journal.get("restore") or []
-        for i in range(0, len(restore), GIT_CHUNK):
+        for i in range(0, len(restore), GIT_CHUNK):  # index and tree as git has them...
             self.git("checkout", journal["base_commit"], "--", *restore[i:i + GIT_CHUNK])
+        backup: Optional[str] = journal.get("backup")
+        for rel in restore:  # ...then the bytes exactly as they were (git's filters may differ)
+            if backup:
+                copy_raw(os.path.join(backup, rel), os.path.join(self.repo, rel))
         for rel in journal.get("delete") or []:
             path = os.path.join(self.repo, rel)
-            if os.path.lexists(path) and not os.path.isdir(path):
+            if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):  # a link to a folder too
                 os.remove(path)
         for rel in journal.get("created_dirs") or []:
             try:
                 os.rmdir(os.path.join(self.repo, rel))
             except OSError:
                 pass
-        os.makedirs(self.scratch_dir, exist_ok=True)
-        after = self.git.tree_state(self.scratch_dir)
-        verified = after == journal["tree_before"]
+        after = self.git.manifest()
+        verified = digest(after) == journal["tree_before"]
+        assert self.journal_path is not None and self.harness_dir is not None
+        before_file = os.path.join(self.harness_dir, MANIFEST)
         diff: list[str] = []
         if verified:
-            assert self.journal_path is not None
             os.remove(self.journal_path)
+            for leftover in (backup, before_file):
+                if leftover and os.path.isdir(leftover):
+                    shutil.rmtree(leftover)
+                elif leftover and os.path.exists(leftover):
+                    os.remove(leftover)
         else:
-            p = self.git("diff", "--name-only", journal["tree_before"], after, check=False)
-            diff = [x for x in p.stdout.decode(errors="replace").splitlines() if x]
-        return {"verified": verified, "tree_before": journal["tree_before"], "tree_after": after, "diff": diff}
+            before = read_json(before_file) if os.path.exists(before_file) else {}
+            diff = sorted(os.fsencode(p).decode(errors="replace")  # shown to people: no lone surrogates
+                          for p in set(before) | set(after) if before.get(p) != after.get(p))
+        return {"verified": verified, "tree_before": journal["tree_before"], "tree_after": digest(after),
+                "diff": diff}
 
     def leftover_journal(self) -> Optional[Journal]:
         assert self.journal_path is not None

@@ -53,6 +53,7 @@ SHAPES = {
     "pure-rename": lambda s: (s / "pkg" / "old.py").rename(s / "pkg" / "new.py"),
     "mode-only": lambda s: (s / "run.sh").chmod(0o644),
     "crlf-content": lambda s: (s / "dos.txt").write_bytes(b"line one\r\nline 2\r\n"),
+    "symlink-to-a-folder": lambda s: (s / "pkg-link").symlink_to("pkg"),
 }
 
 
@@ -60,7 +61,8 @@ SHAPES = {
 def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, shape):
     patch = make_patch(repo, tmp_path, shape, SHAPES[shape])
     text = patch.read_bytes()
-    assert b"+++ " not in text or shape == "crlf-content"  # the shapes without a '+++' header really are
+    if shape in ("pure-rename", "mode-only"):
+        assert b"+++ " not in text  # these shapes really have no '+++' header
     ps = load_patch_set(tmp_path / "patches", shape)
     assert ps.patches[0].text.encode() == text, "the patch must travel byte for byte (CRLF included)"
     before = tree_snapshot(repo)
@@ -72,7 +74,7 @@ def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, sh
     assert result["revert"]["verified"] is True
     changed = set(result["changed_paths"]["restore"]) | set(result["changed_paths"]["delete"])
     expected = {"pure-rename": {"pkg/old.py", "pkg/new.py"}, "mode-only": {"run.sh"},
-                "crlf-content": {"dos.txt"}}[shape]
+                "crlf-content": {"dos.txt"}, "symlink-to-a-folder": {"pkg-link"}}[shape]
     assert changed == expected
     assert tree_snapshot(repo) == before
 
@@ -84,3 +86,34 @@ def test_text_that_is_no_diff_at_all_is_refused_naming_the_file(tmp_path):
     with pytest.raises(ConfigError, match="not a diff") as exc:
         load_patch_set(tmp_path / "patches", "junk")
     assert "0001.patch" in str(exc.value)
+
+
+def test_autocrlf_on_the_host_does_not_fool_the_revert_check(tmp_path, repo):
+    """With core.autocrlf=true on an LF checkout, `git checkout` writes the restored file back with CRLF,
+    and git's own hash of it does not change. The revert restores the bytes saved before applying and
+    compares raw bytes: the tree is byte-identical, and the record says so only because it is."""
+    git(repo, "config", "core.autocrlf", "true")
+    make_patch(repo, tmp_path, "lf-edit", lambda s: (s / "pkg" / "old.py").write_text(
+        "".join(f"V{i} = {i * 2}\n" for i in range(20))))
+    before = tree_snapshot(repo)
+    assert b"\r\n" not in (repo / "pkg" / "old.py").read_bytes()
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "crlf", "model": {"path": "/m"}, "patches": ["lf-edit"]}))
+    host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
+    result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
+    assert result["status"] == "ok", result.get("error")
+    assert b"\r\n" not in (repo / "pkg" / "old.py").read_bytes()
+    assert tree_snapshot(repo) == before and result["revert"]["verified"] is True
+
+
+def test_an_unverifiable_revert_is_never_reported_verified_whatever_git_config_says(tmp_path, repo):
+    """The check itself: bytes that differ (CRLF written into an LF file while patched) change the
+    manifest, even where git's filters normalise them to the same blob."""
+    from harness.agent.tree import Git, digest
+
+    git(repo, "config", "core.autocrlf", "true")
+    g = Git(str(repo))
+    before = digest(g.manifest())
+    old = repo / "pkg" / "old.py"
+    old.write_bytes(old.read_bytes().replace(b"\n", b"\r\n"))
+    assert digest(g.manifest()) != before

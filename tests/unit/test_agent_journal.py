@@ -79,19 +79,29 @@ def recover(repo: Path, tmp_path: Path, link: RecordingLink | None = None) -> di
 def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(repo, tmp_path):
     head = git(repo, "rev-parse", "HEAD").strip()
     seen: dict = {}
-    link = RecordingLink({"compile": lambda: seen.update(read_journal(repo))})
+    def look() -> None:
+        seen.update(read_journal(repo))
+        backup = Path(seen["backup"])
+        seen["saved"] = sorted(str(p.relative_to(backup)) for p in backup.rglob("*") if not p.is_dir())
+
+    link = RecordingLink({"compile": look})
     attempt = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], files=BLOB), link)
     result = attempt.run()
     assert result["status"] == "ok", result.get("error")
 
-    expected = {"version": 1, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
+    expected = {"version": 2, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
                 "repo": str(repo), "base_commit": head, "dirty_before": ["notes.txt"], "restore": AWKWARD_RESTORE,
                 "delete": AWKWARD_DELETE, "server": None, "state": "applied"}
     assert {k: seen.get(k, "(missing)") for k in expected} == expected
     created_dirs = seen["created_dirs"]  # deepest first: each is removed once emptied
     assert sorted(created_dirs) == ["extra", "extra/dir", "pkg/new", "pkg/new/deeper", "pkg/new/deeper/deepest"]
     assert [d.count("/") for d in created_dirs] == sorted((d.count("/") for d in created_dirs), reverse=True)
-    assert len(seen["tree_before"]) == 40
+    assert len(seen["tree_before"]) == 64
+    # The raw bytes of every file to restore are saved beside the journal before the first change (and
+    # removed with the journal once the revert is verified).
+    assert Path(seen["backup"]).parent == repo / ".git" / "harness"
+    assert seen["saved"] == sorted(AWKWARD_RESTORE)
+    assert not Path(seen["backup"]).exists()
     created = datetime.strptime(seen["created"], "%Y-%m-%dT%H:%M:%S%z")
     assert abs(datetime.now(timezone.utc) - created) < timedelta(minutes=10)
 

@@ -26,7 +26,7 @@ import pytest
 from harness import protocol
 from harness.agent.attempt import Attempt
 from harness.agent.link import Link
-from harness.agent.tree import Git
+from harness.agent.tree import Git, digest
 from tests.conftest import tree_snapshot
 
 
@@ -157,7 +157,7 @@ def test_awkward_patch_set_is_applied_then_restored_byte_for_byte(repo, tmp_path
                             "gone": True, "renamed": True, "tool_exec": True, "run_exec": False, "journal": True}
     revert = result["revert"]
     assert revert["verified"] is True and revert["diff"] == []
-    assert len(revert["tree_before"]) == 40 and revert["tree_after"] == revert["tree_before"]
+    assert len(revert["tree_before"]) == 64 and revert["tree_after"] == revert["tree_before"]
     assert tree_snapshot(repo) == before  # every new directory gone, deletions and modes restored
     assert git_state(repo) == git_before  # the same branch checked out, nothing staged
     assert not journal_path(repo).exists()
@@ -277,22 +277,26 @@ def test_status_entries_lists_paths_with_spaces_and_untracked_files_in_new_dirs(
     assert paths == ["dir with space/a b.txt", "notes.txt", "tool.py"]
 
 
-@pytest.mark.parametrize("change", ["content", "mode", "new-untracked", "delete"])
-def test_tree_state_changes_with_any_change_git_can_see(repo, tmp_path, change):
+@pytest.mark.parametrize("change", ["content", "mode", "new-untracked", "delete", "crlf-under-autocrlf", "link"])
+def test_the_tree_manifest_changes_with_any_change_of_bytes_even_one_git_filters_away(repo, change):
     g = Git(str(repo))
-    before = g.tree_state(str(tmp_path))
     target = repo / "pkg" / "server.py"
+    if change == "crlf-under-autocrlf":  # git's own hash of the file would not change: the bytes do
+        git(repo, "config", "core.autocrlf", "true")
+    before = digest(g.manifest())
     if change == "content":
         target.write_text(target.read_text() + "#\n")
     elif change == "mode":
         target.chmod(0o755)
     elif change == "new-untracked":
         (repo / "pkg" / "new.py").write_text("")
+    elif change == "crlf-under-autocrlf":
+        target.write_bytes(target.read_bytes().replace(b"\n", b"\r\n"))
+    elif change == "link":
+        (repo / "pkg" / "link").symlink_to("sub")
     else:
         target.unlink()
-    assert g.tree_state(str(tmp_path)) != before
-    assert git(repo, "status", "--porcelain", "--", "pkg/server.py", "pkg/new.py")  # git agrees it changed
-    assert not list(Path(tmp_path).glob("tree-index-*")), "the scratch index is removed"
+    assert digest(g.manifest()) != before
     assert os.path.exists(repo / ".git" / "index")
 
 
