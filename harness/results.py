@@ -61,6 +61,7 @@ class Revert(_Strict):
     tree_before: str | None = None
     tree_after: str | None = None
     diff: list[str] | None = None  # paths that differ when not verified
+    stray_ignored: list[str] | None = None  # new paths under .gitignore'd folders (not part of the check)
 
 
 class StopInfo(_Strict):

@@ -75,6 +75,11 @@ class Git:
         raw = self.out("ls-files", "-z", "--cached", "--others", "--exclude-standard")
         return {rel: _describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
 
+    def ignored(self) -> list[str]:
+        """Untracked paths that .gitignore hides (a whole ignored folder is one entry)."""
+        raw = self.out("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+        return sorted(set(raw.split("\0")) - {""})
+
 
 def _describe(path: str) -> str:
     try:
@@ -287,6 +292,7 @@ class Tree:
         backup = os.path.join(self.harness_dir, BACKUP)
         journal["backup"] = backup
         journal["tree_before"] = self.snapshot()  # "as found" is the tree right before the first change
+        journal["ignored_before"] = self.git.ignored()
         self.save(journal)  # before the first byte changes
         if os.path.lexists(backup):
             shutil.rmtree(backup)  # our own folder under .git/harness, left by an attempt that was recovered
@@ -365,8 +371,15 @@ class Tree:
             before = read_json(before_file) if os.path.exists(before_file) else {}
             diff = sorted(os.fsencode(p).decode(errors="replace")  # shown to people: no lone surrogates
                           for p in set(before) | set(after) if before.get(p) != after.get(p))
-        return {"verified": verified, "tree_before": journal["tree_before"], "tree_after": digest(after),
-                "diff": diff}
+        result = {"verified": verified, "tree_before": journal["tree_before"], "tree_after": digest(after),
+                  "diff": diff}
+        if journal.get("ignored_before") is not None:
+            # Not part of the promise (ignored files are not the user's tree) but worth knowing: what the
+            # attempt left where .gitignore hides it — build outputs, caches, a core dump in an ignored folder.
+            new = sorted(set(self.git.ignored()) - set(journal["ignored_before"]))
+            if new:
+                result["stray_ignored"] = [os.fsencode(p).decode(errors="replace") for p in new[:200]]
+        return result
 
     def leftover_journal(self) -> Optional[Journal]:
         assert self.journal_path is not None

@@ -369,3 +369,24 @@ def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree
     assert any((tmp_path / "work").rglob("core.4242")), "the file went to the attempt's own folder"
     figure("server that writes into its working directory", survived=True, time_to_clean_s=None, lost=0,
            note="runs outside the tree; two attempts in a row both ok")
+
+
+def test_files_the_attempt_leaves_under_ignored_paths_are_named_in_the_record(tmp_path, sim_target):
+    prologue = ("import os\n_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n"
+                "os.makedirs(os.path.join(_root, 'python', 'sglang', '__pycache__'), exist_ok=True)\n"
+                "open(os.path.join(_root, 'python', 'sglang', '__pycache__', 'jit.cache'), 'w').write('x')\n")
+    patches = patch_set(tmp_path, "cache_writer", prologue)
+    before = tree_snapshot(sim_target.repo)
+    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
+                      arch="sm90", workdir=str(tmp_path / "work"))
+    f = write_experiment(tmp_path, "cache", free_port(), backend="flashinfer-mla", patches=["cache_writer"],
+                         bench=BENCH)
+    out = run_attempt(resolve(load_experiment(f), f, patches), "local", host, ResultsStore(tmp_path / "results"),
+                      new_run_id())
+    rec = load_record(out.directory / "record.json")
+    assert rec.status == "ok", rec.error
+    assert rec.revert is not None and rec.revert.verified  # ignored paths are not the user's tree...
+    assert rec.revert.stray_ignored == ["python/sglang/__pycache__/"]  # ...but what was left there is named
+    after = tree_snapshot(sim_target.repo)
+    assert {k for k in after if k not in before} == {"python/sglang/__pycache__/",
+                                                      "python/sglang/__pycache__/jit.cache"}
