@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -97,3 +99,22 @@ def write_experiment(tmp_path: Path, name: str, port: int, **sections) -> Path:
     f = tmp_path / f"{name}.yaml"
     f.write_text(yaml.safe_dump(doc, sort_keys=False))
     return f
+
+
+# Final statuses as the README defines them (an `aborted` or `infra-error` record is final only when the
+# attempt's budget was spent): spelled here, not imported, so the tests cannot share the code's mistake.
+FINAL_STATUSES = {"ok", "crashed", "hung", "apply-failed", "preflight-failed", "bench-failed"}
+
+
+def records_on_disk(results: Path, run_id: str) -> dict[str, list[SimpleNamespace]]:
+    """Every record.json of a run, read straight from disk and grouped by attempt key (sweep records carry
+    one), oldest attempt folder first — independent of the harness's own results reader."""
+    by_key: dict[str, list[SimpleNamespace]] = {}
+    for path in sorted((results / run_id).glob("*/*/record.json")):
+        rec = SimpleNamespace(**json.loads(path.read_text()))
+        by_key.setdefault(rec.key, []).append(rec)
+    return by_key
+
+
+def is_final_on_disk(rec: SimpleNamespace) -> bool:
+    return rec.status in FINAL_STATUSES or bool(getattr(rec, "budget_exceeded", None))

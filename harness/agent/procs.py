@@ -81,6 +81,8 @@ def reap_adopted(exclude: Iterable[int] = ()) -> None:
 def adopted_orphans(exclude: Iterable[int] = ()) -> list[int]:
     """Live processes re-parented to us (we are a child subreaper) and all their descendants: what a
     server left behind by double-forking, even with setsid() and a cleared environment (no marker)."""
+    if not is_subreaper():
+        return []  # orphans go to init, not to us; our children are all ones we (or our host process) started
     skip = set(exclude) | STARTED | {os.getpid()}
     by_parent: dict[int, list[int]] = {}
     for pid in all_pids():
@@ -94,6 +96,15 @@ def adopted_orphans(exclude: Iterable[int] = ()) -> list[int]:
         found.append(pid)
         todo.extend(by_parent.get(pid, []))
     return found
+
+
+def is_subreaper() -> bool:
+    try:
+        flag = ctypes.c_int(0)
+        ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(flag), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+        return bool(flag.value)
+    except Exception:
+        return False
 
 
 def become_subreaper() -> None:

@@ -26,7 +26,7 @@ from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import host_status, recover_host, run_attempt
 from harness.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
-from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.conftest import PATCHES, marked_processes, records_on_disk, tree_snapshot, write_experiment
 from tests.support import netns
 from tests.support.figures import figure, write_figures
 from tests.support.sshd import SSHServer, free_port
@@ -152,7 +152,7 @@ def test_connection_cut_mid_benchmark_then_retried_once_when_the_link_returns(tm
                 ns.link(True)
 
     Scheduler(plan, hosts, store, run_id, reporter=Cutter("bench", None), infra_cooldown_s=1.0).run()
-    recs = store.records_by_key(run_id)[plan.attempts[0].key]
+    recs = records_on_disk(store.root, run_id)[plan.attempts[0].key]
     assert [r.status for r in recs] == ["infra-error", "ok"], "marked infra-error, then retried once, and it worked"
     detect = marks["infra"] - marks["cut"]
     assert detect <= 30, f"connection loss noticed after {detect:.1f} s"

@@ -18,7 +18,7 @@ from harness.plan import plan_sweep
 from harness.results import ResultsStore, new_run_id
 from harness.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
-from tests.conftest import PATCHES, marked_processes
+from tests.conftest import PATCHES, is_final_on_disk, marked_processes, records_on_disk
 from tests.support import netns
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ def test_sweep_routes_by_arch_and_records_every_attempt_once(tmp_path):
                    matrix={"backend": ["flashinfer-mla", "trtllm_mla", "cutlass_mla"]}, rounds=2)
     plan, outcome, rep, store = run_sweep(tmp_path, f, hosts)
     assert [a.name for a in plan.attempts] == ["s-flashinfer-mla", "s-trtllm_mla", "s-cutlass_mla"] * 2
-    by_key = store.records_by_key(outcome.run_id)
+    by_key = records_on_disk(store.root, outcome.run_id)
     assert set(by_key) == {a.key for a in plan.attempts}
     assert all(len(v) == 1 for v in by_key.values()), "no attempt recorded twice"
     recs = {(r.experiment, r.round): r for v in by_key.values() for r in v}
@@ -118,9 +118,9 @@ def test_infrastructure_failure_is_retried_elsewhere_deterministic_outcomes_are_
         "server": {"port": "auto", "tp": 2, "kv_cache_dtype": "fp8_e4m3"}}))
     f = sweep_file(tmp_path, name="s", base="base.yaml", experiments=["crash.yaml"], rounds=2)
     plan, outcome, rep, store = run_sweep(tmp_path, f, hosts, infra_cooldown_s=0.5)
-    by_key = store.records_by_key(outcome.run_id)
+    by_key = records_on_disk(store.root, outcome.run_id)
     for a in plan.attempts:
-        finals = [r for r in by_key[a.key] if r.is_final()]
+        finals = [r for r in by_key[a.key] if is_final_on_disk(r)]
         assert len(finals) == 1 and finals[0].host == "good"
         infra = [r for r in by_key[a.key] if r.status == "infra-error"]
         assert all(r.host == "broken" for r in infra) and len(infra) <= 1
@@ -153,7 +153,7 @@ def test_sigint_leaves_a_resumable_run_and_resume_runs_only_the_rest(tmp_path):
     assert proc.wait(60) == 130, "".join(lines) + rest
     assert "--resume" in rest
     run_id = next(p.name for p in (tmp_path / "results").iterdir() if (p / "run.json").exists())
-    by_key = ResultsStore(tmp_path / "results").records_by_key(run_id)
+    by_key = records_on_disk(tmp_path / "results", run_id)
     assert sum(1 for v in by_key.values() for r in v if r.status == "ok") == 1
     assert any(r.status == "aborted" for v in by_key.values() for r in v)
     assert marked_processes(run_id) == []
@@ -161,11 +161,11 @@ def test_sigint_leaves_a_resumable_run_and_resume_runs_only_the_rest(tmp_path):
     p = subprocess.run(argv + ["--resume", run_id], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "1 attempt(s) already had a final record" in p.stdout
-    by_key = ResultsStore(tmp_path / "results").records_by_key(run_id)
+    by_key = records_on_disk(tmp_path / "results", run_id)
     plan_keys = [a["key"] for a in json.loads((tmp_path / "results" / run_id / "run.json").read_text())["attempts"]]
     assert len(plan_keys) == 4
     for k in plan_keys:
-        assert [r.status for r in by_key[k] if r.is_final()] == ["ok"], "each attempt has exactly one result"
+        assert [r.status for r in by_key[k] if is_final_on_disk(r)] == ["ok"], "each attempt has exactly one result"
 
 
 def test_edited_patch_changes_keys_so_resume_does_not_reuse_stale_results(tmp_path):
@@ -229,7 +229,7 @@ def test_sixteen_attempts_over_four_namespace_hosts(tmp_path, four_netns_hosts):
     f = sweep_file(tmp_path, name="s", base="base.yaml",
                    matrix={"server.mem_fraction_static": [0.80, 0.82, 0.84, 0.86]}, rounds=4)
     plan, outcome, rep, store = run_sweep(tmp_path, f, four_netns_hosts)
-    by_key = store.records_by_key(outcome.run_id)
+    by_key = records_on_disk(store.root, outcome.run_id)
     assert len(plan.attempts) == 16 and set(by_key) == {a.key for a in plan.attempts}
     assert all([r.status for r in v] == ["ok"] for v in by_key.values())
     used = {r.host for v in by_key.values() for r in v}
@@ -259,7 +259,7 @@ def test_a_second_harness_on_the_same_run_is_refused_at_once_and_nothing_is_dupl
     assert f"run {run_id} is being run by another harness (pid {first.pid}" in second.stderr
     rest = first.communicate(timeout=300)[0]
     assert first.returncode == 0, rest
-    by_key = ResultsStore(tmp_path / "results").records_by_key(run_id)
+    by_key = records_on_disk(tmp_path / "results", run_id)
     assert len(by_key) == 2 and all(len(v) == 1 for v in by_key.values()), "an attempt ran twice"
 
 
