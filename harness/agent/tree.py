@@ -76,8 +76,8 @@ class Git:
         return {rel: _describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
 
     def ignored(self) -> list[str]:
-        """Untracked paths that .gitignore hides (a whole ignored folder is one entry)."""
-        raw = self.out("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+        """Every untracked file that .gitignore hides (a file new in an ignored folder counts too)."""
+        raw = self.out("ls-files", "-z", "--others", "--ignored", "--exclude-standard")
         return sorted(set(raw.split("\0")) - {""})
 
 
@@ -95,6 +95,16 @@ def _describe(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", h.hexdigest())
+
+
+def _parents(rel: str) -> list[str]:
+    """'a/b/c.py' -> ['a/b', 'a']"""
+    out = []
+    d = os.path.dirname(rel)
+    while d:
+        out.append(d)
+        d = os.path.dirname(d)
+    return out
 
 
 def copy_raw(src: str, dst: str) -> None:
@@ -171,6 +181,7 @@ class Tree:
         self.scratch_dir = scratch_dir
         self.harness_dir: Optional[str] = None
         self.journal_path: Optional[str] = None
+        self.manifest_before: dict[str, str] = {}
 
     def open(self) -> str:
         """Check the repo, make `.git/harness/`; return that folder."""
@@ -192,6 +203,7 @@ class Tree:
         assert self.harness_dir is not None
         manifest = self.git.manifest()
         write_json_atomic(os.path.join(self.harness_dir, MANIFEST), manifest)
+        self.manifest_before = manifest
         return digest(manifest)
 
     def head(self) -> str:
@@ -315,6 +327,10 @@ class Tree:
             tracked = self.git.tracked(extra)
             journal["restore"] = sorted(set(journal["restore"]) | (set(extra) & tracked))
             journal["delete"] = sorted(set(journal["delete"]) | (set(extra) - tracked))
+            # Folders the missed new files brought: those no file lived in before the attempt.
+            had_files = {d for p in self.manifest_before for d in _parents(p)}
+            created = {d for p in set(extra) - tracked for d in _parents(p) if d not in had_files}
+            journal["created_dirs"] = sorted(set(journal["created_dirs"]) | created, key=lambda d: -d.count("/"))
         journal["state"] = "applied"
         self.save(journal)
 

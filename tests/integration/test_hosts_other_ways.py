@@ -292,14 +292,13 @@ def alive(pid: int) -> bool:
 
 
 def test_a_grandchild_that_calls_setsid_and_clears_its_environment_does_not_outlive_the_attempt(tmp_path,
-                                                                                             sim_target):
+                                                                                             sim_target, host):
     patches = patch_set(tmp_path, "escape", ESCAPE)
     pidfile = tmp_path / "escaped.pid"
-    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
-                      arch="sm90", workdir=str(tmp_path / "work"))
+    name, host_cfg = host  # over sshd and through the local transport
     f = write_experiment(tmp_path, "escape", free_port(), backend="flashinfer-mla", patches=["escape"], bench=BENCH,
                          server={"env": {"ESCAPE_PIDFILE": str(pidfile)}})
-    out = run_attempt(resolve(load_experiment(f), f, patches), "local", host, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error
@@ -309,7 +308,7 @@ def test_a_grandchild_that_calls_setsid_and_clears_its_environment_does_not_outl
         os.kill(pid, 9)
     assert not escaped, "the escaped grandchild is still running after the attempt"
     assert rec.server is not None and rec.server.stop is not None and pid in rec.server.stop.stragglers
-    figure("a grandchild that calls setsid() and clears its environment", survived=True,
+    figure(f"a grandchild that calls setsid() and clears its environment ({name})", survived=True,
            time_to_clean_s=rec.server.stop.stop_s, lost=0,
            note="re-parented to the agent (a child subreaper) and ended with the server")
 
@@ -317,10 +316,9 @@ def test_a_grandchild_that_calls_setsid_and_clears_its_environment_does_not_outl
 # ============================================================================ a frozen server
 
 
-def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the_bench_timeout(tmp_path, sim_target):
+def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the_bench_timeout(tmp_path, sim_target, host):
     before = tree_snapshot(sim_target.repo)
-    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
-                      arch="sm90", workdir=str(tmp_path / "work"))
+    name, host_cfg = host  # over sshd and through the local transport
     long_bench = [{"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64, "max_concurrency": 1}]
     f = write_experiment(tmp_path, "frozen", free_port(), backend="flashinfer-mla", bench=long_bench,
                          timeouts={"ready": 60, "no_progress": 4, "bench": 600, "stop_grace": 2})
@@ -334,7 +332,7 @@ def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the
         def note(self, label: str, message: str) -> None:
             pass
 
-    out = run_attempt(resolve(load_experiment(f), f, PATCHES), "local", host, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve(load_experiment(f), f, PATCHES), name, host_cfg, ResultsStore(tmp_path / "results"),
                       new_run_id(), reporter=FreezeAtBench())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "hung", rec.error
@@ -342,7 +340,7 @@ def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the
     assert rec.timings["total_s"] < 60, "caught by the 600 s bench timeout, not by the liveness check"
     assert tree_snapshot(sim_target.repo) == before and not marked_processes(rec.run_id)
     frozen_for = rec.timings.get("bench_s")
-    figure("server frozen (SIGSTOP) during the benchmark", survived=True,
+    figure(f"server frozen (SIGSTOP) during the benchmark ({name})", survived=True,
            time_to_clean_s=round(rec.timings.get("bench_s", 0) + rec.timings.get("stop_s", 0)
                                  + rec.timings.get("revert_s", 0), 1) if frozen_for is not None else None,
            lost=0, note="hung after no_progress (4 s) without an answer on /health, not after the 600 s "
@@ -352,41 +350,39 @@ def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the
 # ============================================================================ a server that writes where it runs
 
 
-def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree(tmp_path, sim_target):
+def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree(tmp_path, sim_target, host):
     patches = patch_set(tmp_path, "core_dumper", "open('core.4242', 'wb').write(b'a core dump')\n")
     before = tree_snapshot(sim_target.repo)
-    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
-                      arch="sm90", workdir=str(tmp_path / "work"))
+    name, host_cfg = host  # over sshd and through the local transport
     for name in ("first", "second"):
         f = write_experiment(tmp_path, name, free_port(), backend="flashinfer-mla", patches=["core_dumper"],
                              bench=BENCH)
-        out = run_attempt(resolve(load_experiment(f), f, patches), "local", host, ResultsStore(tmp_path / "results"),
+        out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                           new_run_id())
         rec = load_record(out.directory / "record.json")
         assert rec.status == "ok", f"{name}: {rec.error}"  # the second one too: nothing stray blocks it
         assert rec.revert is not None and rec.revert.verified
     assert tree_snapshot(sim_target.repo) == before
     assert any((tmp_path / "work").rglob("core.4242")), "the file went to the attempt's own folder"
-    figure("server that writes into its working directory", survived=True, time_to_clean_s=None, lost=0,
+    figure(f"server that writes into its working directory ({name})", survived=True, time_to_clean_s=None, lost=0,
            note="runs outside the tree; two attempts in a row both ok")
 
 
-def test_files_the_attempt_leaves_under_ignored_paths_are_named_in_the_record(tmp_path, sim_target):
+def test_files_the_attempt_leaves_under_ignored_paths_are_named_in_the_record(tmp_path, sim_target, host):
     prologue = ("import os\n_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))\n"
                 "os.makedirs(os.path.join(_root, 'python', 'sglang', '__pycache__'), exist_ok=True)\n"
                 "open(os.path.join(_root, 'python', 'sglang', '__pycache__', 'jit.cache'), 'w').write('x')\n")
     patches = patch_set(tmp_path, "cache_writer", prologue)
     before = tree_snapshot(sim_target.repo)
-    host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
-                      arch="sm90", workdir=str(tmp_path / "work"))
+    name, host_cfg = host  # over sshd and through the local transport
     f = write_experiment(tmp_path, "cache", free_port(), backend="flashinfer-mla", patches=["cache_writer"],
                          bench=BENCH)
-    out = run_attempt(resolve(load_experiment(f), f, patches), "local", host, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error
     assert rec.revert is not None and rec.revert.verified  # ignored paths are not the user's tree...
-    assert rec.revert.stray_ignored == ["python/sglang/__pycache__/"]  # ...but what was left there is named
+    assert rec.revert.stray_ignored == ["python/sglang/__pycache__/jit.cache"]  # ...but what was left is named
     after = tree_snapshot(sim_target.repo)
     assert {k for k in after if k not in before} == {"python/sglang/__pycache__/",
                                                       "python/sglang/__pycache__/jit.cache"}

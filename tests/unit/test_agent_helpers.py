@@ -46,3 +46,8 @@ def test_server_version_read_from_the_source_like_sglang_0523_lays_it_out(tmp_pa
     assert target.read_server_version(str(tmp_path)) is None
     (pkg / "_version.py").write_text("__version__ = version = '0.5.23'\n__version_tuple__ = (0, 5, 23)\n")
     assert target.read_server_version(str(tmp_path)) == "0.5.23"
+
+
+def test_numstat_paths_keep_tabs_that_are_part_of_a_file_name():
+    raw = "1\t0\tpkg/a\tb.py\0" "2\t2\tdocs/x\ty\tz.md\0"
+    assert tree.numstat_paths(raw) == {"pkg/a\tb.py", "docs/x\ty\tz.md"}

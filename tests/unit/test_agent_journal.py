@@ -93,6 +93,9 @@ def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(re
                 "repo": str(repo), "base_commit": head, "dirty_before": ["notes.txt"], "restore": AWKWARD_RESTORE,
                 "delete": AWKWARD_DELETE, "server": None, "state": "applied"}
     assert {k: seen.get(k, "(missing)") for k in expected} == expected
+    # Nothing else: recovery by another agent version reads exactly these keys.
+    assert set(seen) == set(expected) | {"created_dirs", "tree_before", "created", "backup", "ignored_before",
+                                         "saved"}
     created_dirs = seen["created_dirs"]  # deepest first: each is removed once emptied
     assert sorted(created_dirs) == ["extra", "extra/dir", "pkg/new", "pkg/new/deeper", "pkg/new/deeper/deepest"]
     assert [d.count("/") for d in created_dirs] == sorted((d.count("/") for d in created_dirs), reverse=True)
@@ -287,3 +290,120 @@ def test_recovery_after_git_pruned_the_recorded_tree_still_refuses_naming_the_at
     assert result["status"] == "preflight-failed"
     assert result["recovered"]["journal"]["attempt_id"] == "killed"
     assert result["recovered"]["revert"]["verified"] is False and journal_path(repo).exists()
+
+
+# ------------------------------------------------------------------ what the revert saves, checks and reports
+
+
+def test_files_left_under_ignored_paths_are_named_even_in_a_folder_already_ignored(repo, tmp_path):
+    latin1 = os.fsdecode(b"dump-\xe9.bin")
+
+    def leave_files() -> None:
+        (repo / "build" / "new.o").write_bytes(b"x")  # build/ is ignored and existed before
+        (repo / "build" / latin1).write_bytes(b"y")
+
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink({"compile": leave_files})).run()
+    assert result["status"] == "ok", result.get("error")
+    assert result["revert"]["verified"] is True  # ignored files are not the user's tree...
+    assert result["revert"]["stray_ignored"] == ["build/dump-\ufffd.bin", "build/new.o"]  # ...but they are named
+
+
+def test_nothing_left_under_ignored_paths_names_nothing(repo, tmp_path):
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink()).run()
+    assert result["status"] == "ok" and "stray_ignored" not in result["revert"]
+
+
+def test_a_backup_left_by_a_recovered_attempt_is_replaced_not_reused(repo, tmp_path):
+    stale = repo / ".git" / "harness" / "backup" / "pkg" / "server.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("bytes from some earlier attempt\n")
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink()).run()
+    assert result["status"] == "ok", result.get("error")
+    assert tree_snapshot(repo) == before
+
+
+def test_without_its_saved_bytes_the_revert_restores_every_file_from_the_base_commit(repo, tmp_path):
+    """A journal written by an older agent has no backup; a backup lost to a full disk neither."""
+    import shutil
+
+    before = tree_snapshot(repo)
+    dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink())
+    dying.take_lock()
+    dying.apply(dying.preflight())
+    dying.release_lock()
+    shutil.rmtree(repo / ".git" / "harness" / "backup")
+    result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescue"), RecordingLink()).recover()
+    assert result["recovered"]["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before
+
+
+def test_an_unverified_revert_without_the_snapshot_file_still_reports_and_keeps_the_journal(repo, tmp_path):
+    def stray() -> None:
+        (repo / "core.1").write_bytes(b"x")
+        (repo / ".git" / "harness" / "manifest.json").unlink()  # lost (an older agent never wrote one)
+
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink({"compile": stray})).run()
+    assert result["revert"]["verified"] is False and "core.1" in result["revert"]["diff"]
+    assert journal_path(repo).exists()
+
+
+def test_what_the_plan_misses_the_journal_still_covers(repo, tmp_path, monkeypatch):
+    """Defence in depth: should git ever describe a patch in a way the plan cannot read, the check against
+    git status after applying adds every changed path to the journal before anything else happens."""
+    import harness.agent.tree as tree_module
+
+    monkeypatch.setattr(tree_module, "numstat_paths", lambda raw: set())
+    monkeypatch.setattr(tree_module, "rename_sources", lambda text: set())
+    before = tree_snapshot(repo)
+    seen: dict = {}
+    link = RecordingLink({"compile": lambda: seen.update(read_journal(repo))})
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
+    assert result["status"] == "ok", result.get("error")
+    assert seen["restore"] == AWKWARD_RESTORE
+    assert seen["delete"] == ["pkg/new/deeper/deepest/module.py", "pkg/new_name.py"]
+    assert tree_snapshot(repo) == before
+
+
+def fake_nvidia_smi(bin_dir: Path, held: dict[int, int]) -> Path:
+    """A `python` beside an `nvidia-smi` that reports `held` ({pid: MiB}) as compute apps, forever."""
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    apps = "\\n".join(f"{pid}, {mib}" for pid, mib in held.items())
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncase \"$1\" in --query-compute-apps*) printf '{apps}\\n';; "
+                   f"*) printf '0, NVIDIA H200, 9.0, 143771, 1\\n';; esac\n")
+    smi.chmod(0o755)
+    return bin_dir / "python"
+
+
+def test_recovery_whose_server_still_holds_gpu_memory_refuses_the_attempt_naming_it(repo, tmp_path):
+    server = __import__("subprocess").Popen(SLEEPER, start_new_session=True)
+    try:
+        dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink())
+        dying.take_lock()
+        dying.apply(dying.preflight())
+        dying._journal_server(server.pid, server.pid, start_time(server.pid))
+        dying.release_lock()
+        python = fake_nvidia_smi(tmp_path / "bin", {server.pid: 4242})
+        spec = spec_for(repo, tmp_path, [], attempt_id="next")
+        spec.server.argv = [str(python)]
+        spec.timeouts.gpu_release = 0.3
+        result = Attempt(spec, RecordingLink()).run()
+    finally:
+        server.kill()
+        server.wait()
+    assert result["status"] == "preflight-failed"
+    assert "still holds GPU memory" in result["error"] and str(server.pid) in result["error"]
+    assert result["gpu_dirty"] == {str(server.pid): 4242}
+    assert result["recovered"]["stop"]["gpu_dirty"] == {str(server.pid): 4242}
+    assert result["recovered"]["revert"]["verified"] is True
+
+
+def test_recover_reports_what_the_watchdog_already_did(repo, tmp_path):
+    report = {"journal": {"run_id": "r1", "attempt_id": "a1"}, "stop": {"state": "stopped"},
+              "revert": {"verified": True}, "by": "watchdog", "took_s": 1.5}
+    (repo / ".git" / "harness").mkdir(exist_ok=True)
+    (repo / ".git" / "harness" / "watchdog.json").write_text(json.dumps(report))
+    result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescue"), RecordingLink()).recover()
+    assert result["recovered"] == report and "nothing to recover" in result["message"]
