@@ -365,13 +365,18 @@ def test_what_the_plan_misses_the_journal_still_covers(repo, tmp_path, monkeypat
     assert tree_snapshot(repo) == before
 
 
-def fake_nvidia_smi(bin_dir: Path, held: dict[int, int]) -> Path:
-    """A `python` beside an `nvidia-smi` that reports `held` ({pid: MiB}) as compute apps, forever."""
+def fake_nvidia_smi(bin_dir: Path, held: dict[int, int], released_after: int | None = None) -> Path:
+    """A `python` beside an `nvidia-smi` that reports `held` ({pid: MiB}) as compute apps — forever, or for
+    the first `released_after` queries (a context that takes a moment to go)."""
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
     apps = "\\n".join(f"{pid}, {mib}" for pid, mib in held.items())
+    counter = bin_dir / "queries"
+    limit = released_after if released_after is not None else 10 ** 9
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\ncase \"$1\" in --query-compute-apps*) printf '{apps}\\n';; "
+    smi.write_text(f"#!/bin/sh\ncase \"$1\" in --query-compute-apps*)\n"
+                   f"  echo x >> {counter}\n"
+                   f"  [ \"$(wc -l < {counter})\" -le {limit} ] && printf '{apps}\\n';;\n"
                    f"*) printf '0, NVIDIA H200, 9.0, 143771, 1\\n';; esac\n")
     smi.chmod(0o755)
     return bin_dir / "python"
@@ -407,3 +412,25 @@ def test_recover_reports_what_the_watchdog_already_did(repo, tmp_path):
     (repo / ".git" / "harness" / "watchdog.json").write_text(json.dumps(report))
     result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescue"), RecordingLink()).recover()
     assert result["recovered"] == report and "nothing to recover" in result["message"]
+
+
+def test_recovery_waits_for_gpu_memory_to_be_released_as_after_a_normal_stop(repo, tmp_path):
+    """A dying CUDA context frees its memory a moment after the process is gone: recovery waits for it
+    (up to `gpu_release`) instead of refusing the next attempt at once."""
+    server = __import__("subprocess").Popen(SLEEPER, start_new_session=True)
+    try:
+        dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink())
+        dying.take_lock()
+        dying.apply(dying.preflight())
+        dying._journal_server(server.pid, server.pid, start_time(server.pid))
+        dying.release_lock()
+        python = fake_nvidia_smi(tmp_path / "bin", {server.pid: 4242}, released_after=3)
+        spec = spec_for(repo, tmp_path, [], attempt_id="next")
+        spec.server.argv = [str(python)]
+        spec.timeouts.gpu_release = 30.0
+        result = Attempt(spec, RecordingLink()).run()
+    finally:
+        server.kill()
+        server.wait()
+    assert result["status"] == "ok", result.get("error")
+    assert "gpu_dirty" not in result["recovered"]["stop"]
