@@ -131,9 +131,14 @@ def test_a_user_whose_login_shell_is_tcsh_runs_an_attempt_and_the_host_is_left_a
     user, home, sshd = tcsh_user
     target_dir = home / f"sglang-{uuid.uuid4().hex[:6]}"
     # The target as that user makes it, with a Python that user can run (root's pyenv is not readable).
+    # The simulated target's maker, copied where that user can read it (this checkout may not be).
+    pkg = home / f"pkg-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(PROJECT / "harness" / "sim", pkg / "harness" / "sim")
+    (pkg / "harness" / "__init__.py").write_text("")
+    subprocess.run(["chown", "-R", user, str(pkg)], check=True)
     made = as_user(user, "/usr/bin/python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                    "from harness.sim import init_target; print(init_target(sys.argv[2]).python)",
-                   str(PROJECT), str(target_dir))
+                   str(pkg), str(target_dir))
     assert made.returncode == 0, made.stderr
     python = made.stdout.strip().splitlines()[-1]
     before = tree_snapshot(target_dir)
