@@ -359,13 +359,13 @@ def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree
     patches = patch_set(tmp_path, "core_dumper", "open('core.4242', 'wb').write(b'a core dump')\n")
     before = tree_snapshot(sim_target.repo)
     name, host_cfg = host  # over sshd and through the local transport
-    for name in ("first", "second"):
-        f = write_experiment(tmp_path, name, free_port(), backend="flashinfer-mla", patches=["core_dumper"],
+    for run in ("first", "second"):
+        f = write_experiment(tmp_path, run, free_port(), backend="flashinfer-mla", patches=["core_dumper"],
                              bench=BENCH)
         out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                           new_run_id())
         rec = load_record(out.directory / "record.json")
-        assert rec.status == "ok", f"{name}: {rec.error}"  # the second one too: nothing stray blocks it
+        assert rec.status == "ok", f"{run}: {rec.error}"  # the second one too: nothing stray blocks it
         assert rec.revert is not None and rec.revert.verified
     assert tree_snapshot(sim_target.repo) == before
     assert any((tmp_path / "work").rglob("core.4242")), "the file went to the attempt's own folder"
