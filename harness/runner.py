@@ -3,7 +3,6 @@ artifacts and write exactly one record — whatever happens, including Ctrl-C an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from .agent.hostio import sha256_file
 from .config import HostConfig
 from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted
 from .masking import mask_files, mask_secrets, secret_values
@@ -332,16 +332,8 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
             (directory / local).unlink(missing_ok=True)  # never keep half a file
             continue
         # Byte for byte what the host has: a transfer that changed a byte is no copy at all.
-        if remote in expected and _sha256(directory / local) != expected[remote]:
+        if remote in expected and sha256_file(str(directory / local)) != expected[remote]:
             missing.append(f"{remote} (arrived with another sha256 than the host's)")
             (directory / local).unlink()
     if missing:
         final.setdefault("fetch_missing", missing)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -140,7 +140,7 @@ PLANTS = [
           "            if backup:\n                copy_raw(", "            if False:\n                copy_raw(",
           ("tests/integration/test_patch_shapes.py::test_autocrlf_on_the_host_does_not_fool_the_revert_check",)),
     Plant("the check compares git's filtered view instead of raw bytes", "harness/agent/tree.py",
-          '    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", h.hexdigest())',
+          '    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))',
           '    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", hashlib.sha256(open(path, "rb").read()'
           '.replace(b"\\r\\n", b"\\n")).hexdigest())',
           ("tests/integration/test_patch_shapes.py::test_an_unverifiable_revert_is_never_reported_verified_whatever_git_config_says",)),

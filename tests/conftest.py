@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -118,3 +119,14 @@ def records_on_disk(results: Path, run_id: str) -> dict[str, list[SimpleNamespac
 
 def is_final_on_disk(rec: SimpleNamespace) -> bool:
     return rec.status in FINAL_STATUSES or bool(getattr(rec, "budget_exceeded", None))
+
+
+def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
+    """Seconds until `predicate()` held, or None. Only for host state that sends no event we could wait
+    on (a tree on disk, processes of another session)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(step)
+    return None

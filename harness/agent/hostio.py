@@ -75,6 +75,14 @@ def http_url(host: str, port: Union[int, str], path: str) -> str:
     return "http://%s:%s%s" % (host if ":" not in host else "[%s]" % host, port, path)
 
 
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def file_hashes(root: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """{absolute path: sha256} of every regular file under `root` (folders named in `skip` left out)."""
     out: dict[str, str] = {}
@@ -82,11 +90,6 @@ def file_hashes(root: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
         dirnames[:] = [d for d in dirnames if not (dirpath == root and d in skip)]
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            out[path] = h.hexdigest()
+            if not os.path.islink(path) and os.path.isfile(path):
+                out[path] = sha256_file(path)
     return out

@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional
 
 from ..protocol import FileEntry, PatchEntry
 from .errors import StageFailed
-from .hostio import read_json, run, write_json_atomic
+from .hostio import read_json, run, sha256_file, write_json_atomic
 
 Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
@@ -90,11 +90,7 @@ def _describe(path: str) -> str:
         return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
     if not stat.S_ISREG(st.st_mode):
         return "other:%o" % stat.S_IFMT(st.st_mode)  # a submodule's folder, a fifo
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", h.hexdigest())
+    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))
 
 
 def _parents(rel: str) -> list[str]:

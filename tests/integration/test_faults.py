@@ -26,7 +26,7 @@ from harness.results import ResultsStore, load_record, new_run_id
 from harness.runner import host_status, recover_host, run_attempt
 from harness.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
-from tests.conftest import PATCHES, marked_processes, records_on_disk, tree_snapshot, write_experiment
+from tests.conftest import PATCHES, marked_processes, records_on_disk, tree_snapshot, wait_until, write_experiment
 from tests.support import netns
 from tests.support.figures import figure, write_figures
 from tests.support.sshd import SSHServer, free_port
@@ -39,17 +39,6 @@ LONG_BENCH = [{"name": "long", "num_prompts": 400, "input_len": 32, "output_len"
 def _write_figures():
     yield
     write_figures()
-
-
-def wait_until(predicate, timeout: float, step: float = 0.05) -> float | None:
-    """Seconds until `predicate()` held, or None. For states of another machine (a host's tree, its
-    processes) that send no event we could wait on."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if predicate():
-            return time.monotonic() - t0
-        time.sleep(step)
-    return None
 
 
 def local(target, tmp_path, **over) -> tuple[str, HostConfig]:

@@ -35,7 +35,7 @@ from harness.runner import run_attempt
 from harness.shipping import agent_zipapp
 from harness.sim import init_target
 from harness.spec import build_spec
-from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.conftest import PATCHES, marked_processes, tree_snapshot, wait_until, write_experiment
 from tests.support.sshd import free_port
 
 pytestmark = pytest.mark.integration
@@ -102,17 +102,6 @@ def attempt(tmp_path: Path, host: tuple[str, HostConfig], exp_file: Path, patche
     out = run_attempt(resolve(load_experiment(exp_file), exp_file, patches_dir), name, cfg,
                       ResultsStore(tmp_path / "results"), run_id)
     return load_record(out.directory / "record.json"), out.directory, run_id
-
-
-def wait_until(predicate, timeout: float, step: float = 0.1) -> float | None:
-    """Seconds until `predicate()` held, or None. Only for host state that sends no event (a tree on
-    disk, processes of another session)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if predicate():
-            return time.monotonic() - t0
-        time.sleep(step)
-    return None
 
 
 def wait_for_stage(proc: subprocess.Popen, stage: str) -> list[str]:

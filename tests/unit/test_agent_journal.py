@@ -382,14 +382,19 @@ def fake_nvidia_smi(bin_dir: Path, held: dict[int, int], released_after: int | N
     return bin_dir / "python"
 
 
+def die_while_serving(repo: Path, tmp_path: Path, server) -> None:
+    """An agent that applied the patches, launched `server` and was then killed (no cleanup ran)."""
+    dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink())
+    dying.take_lock()
+    dying.apply(dying.preflight())
+    dying._journal_server(server.pid, server.pid, start_time(server.pid))
+    dying.release_lock()
+
+
 def test_recovery_whose_server_still_holds_gpu_memory_refuses_the_attempt_naming_it(repo, tmp_path):
     server = __import__("subprocess").Popen(SLEEPER, start_new_session=True)
     try:
-        dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink())
-        dying.take_lock()
-        dying.apply(dying.preflight())
-        dying._journal_server(server.pid, server.pid, start_time(server.pid))
-        dying.release_lock()
+        die_while_serving(repo, tmp_path, server)
         python = fake_nvidia_smi(tmp_path / "bin", {server.pid: 4242})
         spec = spec_for(repo, tmp_path, [], attempt_id="next")
         spec.server.argv = [str(python)]
@@ -419,11 +424,7 @@ def test_recovery_waits_for_gpu_memory_to_be_released_as_after_a_normal_stop(rep
     (up to `gpu_release`) instead of refusing the next attempt at once."""
     server = __import__("subprocess").Popen(SLEEPER, start_new_session=True)
     try:
-        dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink())
-        dying.take_lock()
-        dying.apply(dying.preflight())
-        dying._journal_server(server.pid, server.pid, start_time(server.pid))
-        dying.release_lock()
+        die_while_serving(repo, tmp_path, server)
         python = fake_nvidia_smi(tmp_path / "bin", {server.pid: 4242}, released_after=3)
         spec = spec_for(repo, tmp_path, [], attempt_id="next")
         spec.server.argv = [str(python)]
