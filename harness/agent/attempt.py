@@ -22,7 +22,7 @@ from .procs import MARKER_ENV, pick_free_port, port_free
 from .server import Server
 from .status import stop_recorded_server
 from .target import fit_problems, read_server_version
-from .tree import Journal, Tree
+from .tree import UNVERIFIED, Journal, Tree
 
 
 class Attempt:
@@ -163,7 +163,12 @@ class Attempt:
                 self.result["revert"] = revert
                 if revert["verified"]:
                     self.journal = None
-                elif self.result["status"] == Status.OK.value:
+                else:
+                    # This agent did its own cleanup; the kept journal is for the next preflight, not for
+                    # the watchdog (which would otherwise take it for a dead agent's and race that preflight).
+                    self.journal["state"] = UNVERIFIED
+                    self.tree.save(self.journal)
+                if not revert["verified"] and self.result["status"] == Status.OK.value:
                     self.result.update(status=Status.INFRA_ERROR.value, error="revert could not be verified")
         except Exception:
             self.result.update(status=Status.INFRA_ERROR.value, error="cleanup failed:\n" + traceback.format_exc())

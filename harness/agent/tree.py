@@ -28,6 +28,7 @@ Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
 MANIFEST = "manifest.json"  # under .git/harness/: the tree before the attempt, path by path
 BACKUP = "backup"  # under .git/harness/: the raw bytes of every tracked file the patches touch
+UNVERIFIED = "revert-unverified"  # journal state: its agent reverted and the tree still differs
 
 
 class Git:

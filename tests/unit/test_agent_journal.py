@@ -9,9 +9,11 @@ what is on disk must be enough to stop its server and put the tree back. These t
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.agent import watchdog
 from harness.agent.__main__ import final_report
 from harness.agent.attempt import Attempt
 from harness.agent.tree import Git
@@ -435,3 +438,49 @@ def test_recovery_waits_for_gpu_memory_to_be_released_as_after_a_normal_stop(rep
         server.wait()
     assert result["status"] == "ok", result.get("error")
     assert "gpu_dirty" not in result["recovered"]["stop"]
+
+
+
+# ------------------------------------------------------------------ the watchdog
+
+
+def hand_to_watchdog(repo: Path, tmp_path: Path) -> int:
+    """Make the journal's agent a process that has ended (in-process, the agent is this test), then run
+    the watchdog for it as the agent's own spawn would; returns the watchdog's exit code."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    journal = read_journal(repo)
+    journal["agent_pid"] = ended.pid
+    journal_path(repo).write_text(json.dumps(journal))
+    args = {"repo": str(repo), "scratch": str(tmp_path / "work" / "watchdog"), "agent_pid": ended.pid,
+            "agent_start": None, "stop_grace": 1, "gpu_release": 1, "path": os.environ.get("PATH", "")}
+    return watchdog.watch(base64.b64encode(json.dumps(args).encode()).decode())
+
+
+def watchdog_report(repo: Path) -> Path:
+    return repo / ".git" / "harness" / "watchdog.json"
+
+
+def test_watchdog_restores_the_tree_of_an_agent_that_died_while_patched(repo, tmp_path):
+    before = tree_snapshot(repo)
+    killed_while_patched(repo, tmp_path)
+    assert hand_to_watchdog(repo, tmp_path) == 0
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+    report = json.loads(watchdog_report(repo).read_text())
+    assert report["by"] == "watchdog" and report["revert"]["verified"] is True
+    assert report["journal"]["attempt_id"] == "killed"
+
+
+def test_watchdog_leaves_alone_a_journal_its_agent_kept_after_an_unverified_revert(repo, tmp_path):
+    """The agent reverted, could not verify, kept the journal for the next preflight and exited normally.
+    The watchdog must not take that for a dead agent's work: it would take the lock and race (and make
+    fail as locked) the very next attempt, which is what is meant to refuse the tree and say why."""
+    link = RecordingLink({"compile": lambda: (repo / "core.7").write_bytes(b"x")})
+    assert Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()["revert"]["verified"] is False
+    left = tree_snapshot(repo)
+    kept = read_journal(repo)
+    assert hand_to_watchdog(repo, tmp_path) == 0
+    assert not watchdog_report(repo).exists(), "the watchdog acted on a journal its agent had closed"
+    assert tree_snapshot(repo) == left
+    assert {k: v for k, v in read_journal(repo).items() if k != "agent_pid"} == \
+        {k: v for k, v in kept.items() if k != "agent_pid"}
