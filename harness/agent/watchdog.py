@@ -46,10 +46,10 @@ def agent_alive(pid: int, start: Any) -> bool:
     return st is not None and st[0] != "Z" and (start is None or st[3] == start)
 
 
-def is_dead_agents(journal: dict[str, Any] | None, agent_pid: int) -> bool:
+def is_dead_agents(journal: dict[str, Any], agent_pid: int) -> bool:
     """Is this journal the watched agent's unfinished work? Not when the agent reverted itself and could
     not verify (it kept the journal on purpose, for the next preflight to refuse the tree)."""
-    return journal is not None and journal.get("agent_pid") == agent_pid and journal.get("state") != UNVERIFIED
+    return journal.get("agent_pid") == agent_pid and journal.get("state") != UNVERIFIED
 
 
 def watch(encoded: str) -> int:
@@ -60,14 +60,14 @@ def watch(encoded: str) -> int:
     tree = Tree(args["repo"], args["scratch"])
     harness_dir = tree.open()
     journal = tree.leftover_journal()
-    if not is_dead_agents(journal, args["agent_pid"]):
+    if journal is None or not is_dead_agents(journal, args["agent_pid"]):
         return 0  # the agent finished its own work (or another agent's journal: not ours to touch)
     lock = RepoLock(harness_dir)
     lock.acquire(args["repo"], {"run_id": journal.get("run_id"), "attempt_id": "watchdog"}, 30.0,
                  lambda: time.sleep(POLL_S))
     try:
         journal = tree.leftover_journal()  # unchanged unless someone recovered while we waited
-        if not is_dead_agents(journal, args["agent_pid"]):
+        if journal is None or not is_dead_agents(journal, args["agent_pid"]):
             return 0
         env = dict(os.environ, PATH=args["path"] or os.environ.get("PATH", ""))
         stop = stop_recorded_server(journal, float(args["stop_grace"]), env, float(args["gpu_release"]))
