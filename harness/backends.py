@@ -20,6 +20,8 @@ class Backend:
     patch_sets: tuple[str, ...] = ()
     archs: tuple[str, ...] | None = None  # None: any GPU SGLang supports
     extra_args: tuple[str, ...] = ()
+    # arch (or "*") → the lowest FlashInfer that runs it; the agent reads the host's FlashInfer to check
+    flashinfer_min: tuple[tuple[str, str], ...] = ()
 
     def server_args(self) -> list[str]:
         return ["--attention-backend", self.attention_backend, *self.extra_args]
@@ -42,6 +44,27 @@ REGISTRY: dict[str, Backend] = {
             "FlashInfer MLA on a compact BF16 copy of only the KV rows the batch uses",
             "flashinfer",
             patch_sets=("flashinfer_mla_gather_cast",),
+        ),
+        Backend(
+            "flashinfer-mla-fp8",
+            "FlashInfer MLA planned on the FP8 KV cache itself (k/v scales passed, no cast); FlashInfer takes "
+            "FP8 MLA KV from 0.6.14 with its SM90 (fa3) kernels and from 0.6.18 with fa2 — older ones fail to "
+            "compile it (the seed's static_assert)",
+            "flashinfer",
+            patch_sets=("flashinfer_mla_fp8",),
+            flashinfer_min=(("sm90", "0.6.14"), ("*", "0.6.18")),
+        ),
+        Backend(
+            "flashmla",
+            "SGLang's FlashMLA backend (DeepSeek's kernels; reads FP8 KV directly on SM90/SM100; SGLang sets "
+            "page size 64 itself)",
+            "flashmla",
+            archs=("sm90", "sm100", "sm103"),
+        ),
+        Backend(
+            "triton",
+            "SGLang's Triton MLA decode (reads the FP8 KV cache directly, any GPU)",
+            "triton",
         ),
         Backend(
             "cutlass_mla",

@@ -365,8 +365,9 @@ def validate(
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
+    from .agent.target import target_identity
     from .config import file_kind
-    from .patchcheck import dry_check, target_identity
+    from .patchcheck import dry_check
     from .plan import plan_sweep
 
     with errors_to_exit_codes(err, _debug):
@@ -394,10 +395,11 @@ def validate(
         if against is not None:
             if not against.is_dir():
                 raise ConfigError(f"--against {against}: not a folder")
-            ident = target_identity(against)
+            ident = target_identity(str(against))
             for name, ps in sorted(patch_sets.items()):
-                if ps.applies_to and ident and ps.applies_to != ident:
-                    out.print(f"skip {name}: made for {ps.applies_to}, the target is {ident}", highlight=False)
+                if ps.applies_to and ident and ident not in ps.applies_to:
+                    out.print(f"skip {name}: made for {', '.join(ps.applies_to)}, the target is {ident}",
+                              highlight=False)
                     continue
                 found = dry_check(ps, against)
                 problems += found

@@ -12,26 +12,21 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .agent.target import target_identity
 from .patchsets import PatchSet, diff_paths
 
 
-def target_identity(target: Path) -> str | None:
-    """What a patch set's `applies_to` is compared with: 'harness-sim' or 'sglang==<version>'."""
-    if (target / "python" / "sglang" / "_sim").is_dir():
-        return "harness-sim"
-    from .agent.target import read_server_version
-
-    version = read_server_version(str(target))
-    if version:
-        return f"sglang=={version}"
-    return None
-
-
 def dry_check(ps: PatchSet, target: Path) -> list[str]:
-    """Problems found applying `ps` to `target` (empty when it applies and compiles)."""
+    """Problems found applying `ps` to `target` (empty when it applies and compiles); a set with
+    per-version variants is checked with the variant the agent would pick for this target."""
+    ident = target_identity(str(target))
+    variant = ps.variant_for(ident)
+    if variant is None:
+        return [f"patch set {ps.name} has no variant for {ident or 'an unknown version'} "
+                f"(its variants: {', '.join(ps.applies_to)})"]
     problems: list[str] = []
     touched = set()
-    for p in ps.patches:
+    for p in variant.patches:
         touched |= diff_paths(p.text)
     with tempfile.TemporaryDirectory(prefix="harness-patchcheck-") as tmp_s:
         tmp = Path(tmp_s)
@@ -44,7 +39,7 @@ def dry_check(ps: PatchSet, target: Path) -> list[str]:
         pdir = tmp / ".git" / "harness-patches"
         pdir.mkdir()
         paths = []
-        for i, p in enumerate(ps.patches):
+        for i, p in enumerate(variant.patches):
             path = pdir / f"{i:02d}-{p.name}"
             path.write_text(p.text)
             paths.append(str(path))
@@ -53,10 +48,10 @@ def dry_check(ps: PatchSet, target: Path) -> list[str]:
                 r = subprocess.run(["git", "-C", str(tmp), "apply", "--whitespace=nowarn", paths[k - 1]],
                                    capture_output=True, text=True)
                 if r.returncode != 0:
-                    problems.append(f"patch set {ps.name}, {ps.patches[k - 1].name} does not apply to {target}:\n"
+                    problems.append(f"patch set {ps.name}, {variant.patches[k - 1].name} does not apply to {target}:\n"
                                     + r.stderr.strip())
                     return problems
-        for f in ps.files:
+        for f in variant.files:
             if f.path.endswith(".py"):
                 problems += _compile(f.content, f"files/{f.path}", ps.name)
         for rel in sorted(touched):

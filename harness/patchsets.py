@@ -29,21 +29,50 @@ class NewFile:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One version's content of a patch set: the patches and new files made for `applies_to`."""
+
+    applies_to: tuple[str, ...]  # 'sglang==<version>' or 'harness-sim'; empty: not said
+    patches: tuple[PatchFile, ...]
+    files: tuple[NewFile, ...]
+    folder: Path
+
+
+@dataclass(frozen=True)
 class PatchSet:
+    """A patch set: usually one variant (its folder's top level); per-version variants beside it in
+    subfolders named in patchset.yaml. The agent applies the one matching the host's SGLang."""
+
     name: str
     folder: Path
     description: str
-    patches: tuple[PatchFile, ...]
-    files: tuple[NewFile, ...]
-    applies_to: str | None = None
+    variants: tuple[Variant, ...]
+
+    @property
+    def applies_to(self) -> tuple[str, ...]:
+        return tuple(t for v in self.variants for t in v.applies_to)
+
+    @property
+    def has_variants(self) -> bool:
+        return len(self.variants) > 1
+
+    def variant_for(self, target: str | None) -> Variant | None:
+        """The variant made for `target`; a set of one variant serves any target (checked elsewhere)."""
+        if not self.has_variants:
+            return self.variants[0]
+        return next((v for v in self.variants if target in v.applies_to), None)
 
     @property
     def sha256(self) -> str:
+        """Over every variant's content (one variant: the same hash as before variants existed)."""
         h = hashlib.sha256()
-        for p in self.patches:
-            h.update(b"patch\0" + p.name.encode() + b"\0" + p.text.encode() + b"\0")
-        for f in self.files:
-            h.update(b"file\0" + f.path.encode() + b"\0" + oct(f.mode).encode() + b"\0" + f.content + b"\0")
+        for v in self.variants:
+            if self.has_variants:
+                h.update(b"variant\0" + ",".join(v.applies_to).encode() + b"\0")
+            for p in v.patches:
+                h.update(b"patch\0" + p.name.encode() + b"\0" + p.text.encode() + b"\0")
+            for f in v.files:
+                h.update(b"file\0" + f.path.encode() + b"\0" + oct(f.mode).encode() + b"\0" + f.content + b"\0")
         return h.hexdigest()
 
 
@@ -60,13 +89,28 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
         )
     meta_file = folder / "patchset.yaml"
     meta = load_patchset_meta(meta_file) if meta_file.exists() else None
+    order = meta.order if meta else None
+    variants = [_load_variant(folder, meta.targets() if meta else (), order, meta_file, name)]
+    for target, sub in (meta.variants or {}).items() if meta else ():
+        if target in variants[0].applies_to:
+            raise ConfigError(f"variant {target} is also in applies_to (the top-level patches)", file=meta_file,
+                              hint="list a target once: in applies_to for the top level, or under variants")
+        if not (folder / sub).is_dir():
+            raise ConfigError(f"variant {target}: folder {folder / sub} not found", file=meta_file,
+                              hint=f"put that version's *.patch files (and files/) in {folder / sub}/")
+        variants.append(_load_variant(folder / sub, (target,), None, meta_file, f"{name} ({target})"))
+    return PatchSet(name, folder, meta.description if meta else "", tuple(variants))
+
+
+def _load_variant(folder: Path, applies_to: tuple[str, ...], order: tuple[str, ...] | None, meta_file: Path,
+                  label: str) -> Variant:
     patch_files = sorted(folder.glob("*.patch"))
-    if meta is not None and meta.order is not None:
+    if order is not None:
         by_name = {p.name: p for p in patch_files}
-        missing = [n for n in meta.order if n not in by_name]
+        missing = [n for n in order if n not in by_name]
         if missing:
             raise ConfigError(f"order lists missing patch file(s): {', '.join(missing)}", file=meta_file)
-        patch_files = [by_name[n] for n in meta.order]
+        patch_files = [by_name[n] for n in order]
     patches = []
     for p in patch_files:
         try:
@@ -95,10 +139,9 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
                                   hint="a patch set may only write inside the work tree")
             files.append(NewFile(str(rel), f.read_bytes(), 0o755 if f.stat().st_mode & 0o111 else 0o644))
     if not patches and not files:
-        raise ConfigError(f"patch set {name!r} is empty", file=folder,
+        raise ConfigError(f"patch set {label!r} is empty", file=folder,
                           hint="add *.patch files or a files/ tree")
-    return PatchSet(name, folder, meta.description if meta else "", tuple(patches), tuple(files),
-                    meta.applies_to if meta else None)
+    return Variant(applies_to, tuple(patches), tuple(files), folder)
 
 
 _HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+)|"

@@ -16,7 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar, Dict, Optional, TypeVar, Union
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 class ProtocolError(ValueError):
@@ -127,6 +127,7 @@ class Requirements(Message):
     archs: Optional[list[str]] = None
     arch: Optional[str] = None
     gpus: int = 0
+    flashinfer_min: Optional[dict[str, str]] = None  # arch (or "*") → lowest FlashInfer version that works
 
 
 @dataclass
@@ -134,6 +135,7 @@ class PatchEntry(Message):
     set: str
     name: str
     text: str
+    applies_to: Optional[list[str]] = None  # set only for a set with per-version variants
 
 
 @dataclass
@@ -142,6 +144,7 @@ class FileEntry(Message):
     path: str
     mode: int
     content_b64: str
+    applies_to: Optional[list[str]] = None
 
 
 @dataclass
@@ -309,6 +312,8 @@ class Final(Event):
     # preflight
     base_commit: Optional[str] = None
     server_version: Optional[str] = None
+    flashinfer_version: Optional[str] = None
+    patch_variants: Optional[dict[str, str]] = None
     gpus: Optional[list[dict[str, Any]]] = None
     arch: Optional[str] = None
     attention_backend_choices: Optional[list[str]] = None

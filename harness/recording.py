@@ -75,6 +75,8 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         patch_sets={s.name: s.sha256 for s in r.patch_sets},
         harness_version=__version__,
         server_version=final.get("server_version"),
+        flashinfer_version=final.get("flashinfer_version"),
+        patch_variants=final.get("patch_variants"),
         gpu=final.get("gpus"),
         arch=final.get("arch"),
         agent_python=hello.get("python"),

@@ -129,6 +129,8 @@ class Provenance(_Strict):
     patch_sets: dict[str, str] = {}  # name → sha256 of its contents
     harness_version: str | None = None
     server_version: str | None = None
+    flashinfer_version: str | None = None  # as the server's Python sees it
+    patch_variants: dict[str, str] | None = None  # set → the variant applied ('sglang==0.5.16')
     gpu: list[dict[str, Any]] | None = None  # nvidia-smi's GPUs (name, compute_cap, …)
     arch: str | None = None
     agent_python: str | None = None

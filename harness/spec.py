@@ -19,10 +19,17 @@ from .triage import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
 
 
 def patch_entries(sets: tuple[PatchSet, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The patch sets as spec entries: patch texts inline, new files base64-encoded."""
-    patches = [{"set": s.name, "name": p.name, "text": p.text} for s in sets for p in s.patches]
-    files = [{"set": s.name, "path": f.path, "mode": f.mode, "content_b64": base64.b64encode(f.content).decode()}
-             for s in sets for f in s.files]
+    """The patch sets as spec entries: patch texts inline, new files base64-encoded. Every variant of a
+    set with per-version variants travels, each entry saying its targets; the agent keeps the one for
+    the host's SGLang (which only the host knows)."""
+    patches: list[dict[str, Any]] = []
+    files: list[dict[str, Any]] = []
+    for s in sets:
+        for v in s.variants:
+            tag = {"applies_to": list(v.applies_to)} if s.has_variants else {}
+            patches += [{"set": s.name, "name": p.name, "text": p.text, **tag} for p in v.patches]
+            files += [{"set": s.name, "path": f.path, "mode": f.mode,
+                       "content_b64": base64.b64encode(f.content).decode(), **tag} for f in v.files]
     return patches, files
 
 
@@ -60,6 +67,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
             archs=list(r.backend.archs) if r.backend and r.backend.archs else None,
             arch=host.arch,
             gpus=exp.gpus_needed,
+            flashinfer_min=dict(r.backend.flashinfer_min) if r.backend and r.backend.flashinfer_min else None,
         ),
     )
 

@@ -21,7 +21,7 @@ from .lock import RepoLock
 from .procs import MARKER_ENV, pick_free_port, port_free
 from .server import Server
 from .status import stop_recorded_server
-from .target import fit_problems, read_server_version
+from .target import choose_variants, fit_problems, read_package_version, read_server_version, target_identity
 from .tree import UNVERIFIED, Journal, Tree
 
 
@@ -37,6 +37,7 @@ class Attempt:
         self.tree = Tree(self.repo, self.attempt_dir)
         self.lock: Optional[RepoLock] = None
         self.journal: Optional[Journal] = None
+        self.patches, self.files = spec.patches, spec.files  # narrowed to the host's variants in preflight
         self.server: Optional[Server] = None
         self.timings: dict[str, float] = {}
         self.result: dict[str, Any] = {"status": Status.OK.value, "error": None}
@@ -220,12 +221,21 @@ class Attempt:
         self.result["base_commit"] = head
         self.tree.check_base(self.spec.base_ref, head)
         self.result["server_version"] = read_server_version(self.repo)
+        self.patches, self.files, chosen, problems = choose_variants(self.spec.patches, self.spec.files,
+                                                                     target_identity(self.repo))
+        if chosen:
+            self.result["patch_variants"] = chosen
+        if problems:
+            raise StageFailed("preflight-failed", "; ".join(problems))
+        if self.spec.server.argv:
+            self.result["flashinfer_version"] = read_package_version(str(self.spec.server.argv[0]),
+                                                                     self.server_env(), "flashinfer-python")
         self.result["gpus"] = query_gpus(self.server_env())
         self._check_gpus_released()
         dirty_before, _ = self.tree.dirty_paths(self.spec.allow_dirty)
         self._choose_port()
         self._check_target_fits()
-        plan = self.tree.plan(self.spec.patches, self.spec.files, dirty_before,
+        plan = self.tree.plan(self.patches, self.files, dirty_before,
                               os.path.join(self.attempt_dir, "patches"), head)
         plan.update(base=head, dirty_before=sorted(dirty_before))
         return plan
@@ -256,7 +266,7 @@ class Attempt:
     def _check_target_fits(self) -> None:
         """With `expect: crash` it runs anyway (to reproduce a failure on purpose), with warnings."""
         problems = fit_problems(self.spec.requirements, self.repo, self.result.get("gpus"),
-                                self.result.get("server_version"), self.spec.patches, self.result)
+                                self.result.get("server_version"), self.patches, self.result)
         if not problems:
             return
         if self.spec.expect == "crash":

@@ -6,10 +6,13 @@ from __future__ import annotations
 import ast
 import os
 import re
+import subprocess
+from collections.abc import Mapping
 from typing import Any, Optional
 
-from ..protocol import PatchEntry, Requirements
+from ..protocol import FileEntry, PatchEntry, Requirements
 from .gpu import arch_of
+from .hostio import run
 
 VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)""", re.MULTILINE)
 BACKEND_CHOICES_FILES = ("python/sglang/srt/arg_groups/choices.py", "python/sglang/srt/server_args.py")
@@ -27,6 +30,60 @@ def read_server_version(repo: str) -> Optional[str]:
         except OSError:
             continue
     return None
+
+
+def target_identity(repo: str) -> Optional[str]:
+    """What a patch set's `applies_to` (and its variants) name: 'harness-sim' for the simulated target,
+    else 'sglang==<version>' read from the source; None when no version is found."""
+    if os.path.isdir(os.path.join(repo, "python", "sglang", "_sim")):
+        return "harness-sim"
+    version = read_server_version(repo)
+    return "sglang==%s" % version if version else None
+
+
+def read_package_version(python: str, env: Mapping[str, str], dist: str) -> Optional[str]:
+    """An installed distribution's version as the server's Python sees it (its PYTHONPATH included),
+    from package metadata: nothing is imported, so this takes milliseconds, not a GPU stack's seconds."""
+    code = ("import importlib.metadata as m, sys\n"
+            "try:\n    print(m.version(sys.argv[1]))\nexcept m.PackageNotFoundError:\n    pass\n")
+    try:
+        p = run([python, "-c", code, dist], env=env, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = p.stdout.decode(errors="replace").strip()
+    return out if p.returncode == 0 and out else None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.6.14' → (0, 6, 14); '0.7.2rc1' / '0.6.14+cu130' → the leading numbers only."""
+    nums = []
+    for part in version.split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        nums.append(int(m.group()))
+        if m.end() != len(part):
+            break
+    return tuple(nums)
+
+
+def choose_variants(patches: list[PatchEntry], files: list[FileEntry], target: Optional[str]
+                    ) -> tuple[list[PatchEntry], list[FileEntry], dict[str, str], list[str]]:
+    """Keep, of each patch set with per-version variants, the variant made for this host's target (see
+    `target_identity`); a set without variants travels whole. Returns the kept entries, set → chosen
+    target, and problems."""
+    targets: dict[str, set[str]] = {}
+    for e in list(patches) + list(files):
+        if e.applies_to is not None:
+            targets.setdefault(e.set, set()).update(e.applies_to)
+    chosen = {name: target for name, ts in targets.items() if target in ts}
+    problems = ["patch set %s has variants for %s; this host's target is %s"
+                % (name, ", ".join(sorted(ts)), target or "SGLang of unknown version (no python/sglang/version.py)")
+                for name, ts in sorted(targets.items()) if name not in chosen]
+
+    def keep(e: Any) -> bool:
+        return e.applies_to is None or (e.set in chosen and chosen[e.set] in e.applies_to)
+    return [p for p in patches if keep(p)], [f for f in files if keep(f)], chosen, problems
 
 
 def read_backend_choices(repo: str) -> Optional[list[str]]:
@@ -64,6 +121,11 @@ def fit_problems(req: Requirements, repo: str, gpus: Optional[list[dict[str, Any
         if choices is not None and backend not in choices and not added:
             problems.append("SGLang %s on this host does not accept --attention-backend %s (valid: %s)"
                             % (server_version or "?", backend, ", ".join(choices)))
+    low = (req.flashinfer_min or {}).get(arch or "", (req.flashinfer_min or {}).get("*"))
+    fi = facts.get("flashinfer_version")
+    if low and fi and version_tuple(fi) < version_tuple(low):
+        problems.append("backend %s needs FlashInfer >= %s on %s; this host's FlashInfer is %s"
+                        % (req.backend or backend, low, arch or "this GPU", fi))
     if req.archs and arch and arch not in req.archs:
         gpu_name = gpus[0]["name"] if gpus else "this GPU"
         problems.append("backend %s needs %s; this host's GPU is %s (%s)"

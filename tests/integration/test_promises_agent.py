@@ -437,3 +437,45 @@ def test_secret_in_a_hung_servers_stack_dump_is_masked(tmp_path, sim_target):
     dump = (rec_dir / "stack-dump.txt").read_text()
     assert 'token: "<redacted>"' in dump  # the dump is kept, minus the secret
     _assert_secret_nowhere(secret, p, rec_dir)
+
+
+# ============================================================================ 3. per-version variants
+
+
+def test_the_variant_made_for_the_hosts_sglang_is_applied_and_recorded(tmp_path, sim_target):
+    """The simulated target (`harness-sim`): of a set with a variant for it and one for SGLang 0.5.16,
+    the sim's runs (the 0.5.16 patch would not even apply here) and the record says which."""
+    patches, _ = make_patch_set(tmp_path, "versioned", lambda repo: insert_after(
+        repo / LAUNCH_SERVER, 'if __name__ == "__main__":\n', "    VARIANT = 'sim'\n"))
+    old = patches / "versioned" / "sglang-0.5.16"
+    old.mkdir()
+    (old / "0001-old.patch").write_text("--- a/nowhere.py\n+++ b/nowhere.py\n@@ -1 +1 @@\n-x\n+y\n")
+    (patches / "versioned" / "patchset.yaml").write_text(
+        "applies_to: harness-sim\nvariants: {sglang==0.5.16: sglang-0.5.16}\n")
+    before = tree_snapshot(sim_target.repo)
+    host = local_host(sim_target, tmp_path)
+    f = write_experiment(tmp_path, "versioned", free_port(), backend="flashinfer-mla", patches=["versioned"],
+                         bench=SMALL_BENCH)
+    rec, _, _ = attempt(tmp_path, host, f, patches)
+    assert rec.status == "ok", rec.error
+    assert rec.provenance.patch_variants == {"versioned": "harness-sim"}
+    assert rec.changed_paths.restore == [LAUNCH_SERVER]
+    assert tree_snapshot(sim_target.repo) == before
+
+
+def test_a_host_whose_sglang_has_no_variant_is_refused_before_anything_changes(tmp_path, sim_target):
+    patches, _ = make_patch_set(tmp_path, "elsewhere", lambda repo: insert_after(
+        repo / LAUNCH_SERVER, 'if __name__ == "__main__":\n', "    VARIANT = 'none'\n"))
+    folder = patches / "elsewhere"
+    (folder / "v20").mkdir()
+    (folder / "v20" / "0001-x.patch").write_text((folder / "0001-elsewhere.patch").read_text())
+    (folder / "patchset.yaml").write_text("applies_to: sglang==0.5.16\nvariants: {sglang==0.5.20: v20}\n")
+    before = tree_snapshot(sim_target.repo)
+    host = local_host(sim_target, tmp_path)
+    f = write_experiment(tmp_path, "elsewhere", free_port(), backend="flashinfer-mla", patches=["elsewhere"],
+                         bench=SMALL_BENCH)
+    rec, d, run_id = attempt(tmp_path, host, f, patches)
+    assert rec.status == "preflight-failed"
+    assert "elsewhere has variants for sglang==0.5.16, sglang==0.5.20" in rec.error and "harness-sim" in rec.error
+    assert tree_snapshot(sim_target.repo) == before and not journal_file(sim_target.repo).exists()
+    assert not (d / "server.log").exists() and marked_processes(run_id) == []
