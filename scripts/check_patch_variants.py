@@ -1,0 +1,404 @@
+"""Check the SGLang patch sets against one SGLang checkout, each in the variant made for its version.
+
+    python scripts/check_patch_variants.py CHECKOUT [CHECKOUT ...] [--patches-dir DIR] [--set NAME ...]
+
+CHECKOUT is an SGLang source tree (`python/sglang/...`; `python -m tests.upstream.sglang_source DEST
+--version X` lays out a release that way). Its version is read from `python/sglang/_version.py`, else
+`python/sglang/version.py` (module-level `__version__ = "..."`, as the harness agent reads it).
+
+A patch set is a folder under patches/ whose patchset.yaml says `applies_to: sglang==<version>` (the
+top level is the variant for that version) and which may hold variants for other versions in
+sub-folders named `sglang-<version>/` (the same layout: ordered `*.patch` files and a `files/` tree).
+Simulated-target sets (`applies_to: harness-sim`) are not SGLang patch sets and are left out.
+
+For each set, the variant for the checkout's version is applied in a scratch git repo that holds copies
+of only the files the patches touch (CHECKOUT is never written): `git apply --check`, then `git apply`,
+patch after patch, then the `files/` tree. Then, for every touched or new `.py` file:
+
+- it is byte-compiled (`py_compile`);
+- every absolute `from sglang... import NAME` / `import sglang...` in it (lazy ones inside functions
+  and `TYPE_CHECKING` blocks too) must resolve in the patched tree: the module file exists and NAME is
+  bound at its top level (or is a submodule), and `Class.attr` on an imported sglang class must name
+  something that class (or a base in its module) defines; what the unpatched file already failed is
+  not the patch set's doing and is not reported;
+- with pyflakes installed: no undefined name that the unpatched file did not already have.
+
+One line per set, `OK` or `PROBLEM` (with the reasons below it); exit status 1 when any set has a
+problem, 2 when a checkout cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+ROOT = Path(__file__).resolve().parents[1]
+VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)""", re.MULTILINE)
+APPLIES_RE = re.compile(r"""^applies_to:\s*["']?([^"'\s#]+)""", re.MULTILINE)
+VARIANT_DIR = re.compile(r"^sglang-(\d[\w.+-]*)$")
+DIFF_PATHS = re.compile(r"^(?:\+\+\+ b/(\S+)|--- a/(\S+)|rename to (\S+)|copy to (\S+))", re.MULTILINE)
+
+
+def sglang_version(checkout: Path) -> str | None:
+    for rel in ("python/sglang/_version.py", "python/sglang/version.py"):
+        try:
+            m = VERSION_RE.search((checkout / rel).read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return None
+
+
+def applies_to(folder: Path) -> str | None:
+    meta = folder / "patchset.yaml"
+    if not meta.is_file():
+        return None
+    m = APPLIES_RE.search(meta.read_text(encoding="utf-8"))
+    return m.group(1) if m else None
+
+
+@dataclass
+class Variant:
+    set_name: str
+    label: str  # "top level" or "sglang-X/"
+    folder: Path
+
+
+@dataclass
+class Result:
+    set_name: str
+    label: str = ""
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def sglang_sets(patches: Path) -> list[str]:
+    names = []
+    for folder in sorted(p for p in patches.iterdir() if p.is_dir()):
+        top = applies_to(folder) or ""
+        if top.startswith("sglang") or any(VARIANT_DIR.match(d.name) for d in folder.iterdir() if d.is_dir()):
+            names.append(folder.name)
+    return names
+
+
+def pick_variant(patches: Path, set_name: str, version: str) -> tuple[Variant | None, list[str]]:
+    """The variant for `version` and the versions the set has (for the message when there is none)."""
+    folder = patches / set_name
+    have = []
+    top = applies_to(folder)
+    if top and top.startswith("sglang=="):
+        have.append(top.split("==", 1)[1])
+    for d in sorted(p for p in folder.iterdir() if p.is_dir()):
+        m = VARIANT_DIR.match(d.name)
+        if m:
+            have.append(m.group(1))
+            if m.group(1) == version:
+                return Variant(set_name, f"{d.name}/", d), have
+    if top == f"sglang=={version}":
+        return Variant(set_name, "top level", folder), have
+    return None, have
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def touched_paths(patch_text: str) -> set[str]:
+    out = set()
+    for m in DIFF_PATHS.finditer(patch_text):
+        path = next(g for g in m.groups() if g)
+        if path != "/dev/null":
+            out.add(path)
+    return out
+
+
+# ----------------------------------------------------------------------------- import resolution
+
+
+def _module_file(roots: list[Path], module: str) -> Path | None:
+    rel = PurePosixPath("python", *module.split("."))
+    for root in roots:
+        for cand in (root / f"{rel}.py", root / rel / "__init__.py"):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def _is_package(roots: list[Path], module: str) -> bool:
+    rel = PurePosixPath("python", *module.split("."))
+    return any((root / rel).is_dir() for root in roots)
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """Names bound at module level (inside top-level if/try/with blocks too); True when a star import
+    or a module __getattr__ makes the set open-ended."""
+    names: set[str] = set()
+    open_ended = False
+
+    def targets(t: ast.AST) -> None:
+        for n in ast.walk(t):
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+
+    def visit(body: list[ast.stmt]) -> None:
+        nonlocal open_ended
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+                if node.name == "__getattr__":
+                    open_ended = True
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    targets(t)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                targets(node.target)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    names.add(a.asname or a.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name == "*":
+                        open_ended = True
+                    else:
+                        names.add(a.asname or a.name)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                for part in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, part, []) or [])
+                for h in getattr(node, "handlers", []) or []:
+                    visit(h.body)
+    visit(tree.body)
+    return names, open_ended
+
+
+def _class_attrs(tree: ast.Module, cls_name: str, seen: frozenset = frozenset()) -> set[str] | None:
+    """Attributes a top-level class of `tree` defines in its body (methods, class variables, dataclass
+    fields), with those of bases defined in the same module; None when that cannot be known (a base
+    from elsewhere, a metaclass, a class __getattr__)."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    node = classes.get(cls_name)
+    if node is None or cls_name in seen or node.keywords:
+        return None
+    attrs: set[str] = set()
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            attrs.add(stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            attrs |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            attrs.add(stmt.target.id)
+    if "__getattr__" in attrs:
+        return None
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id == "object":
+            continue
+        if isinstance(base, ast.Name) and base.id in classes:
+            inherited = _class_attrs(tree, base.id, seen | {cls_name})
+            if inherited is None:
+                return None
+            attrs |= inherited
+        else:
+            return None
+    return attrs
+
+
+def unresolved_imports(source: bytes, name: str, roots: list[Path]) -> tuple[list[str], int]:
+    """Absolute sglang imports in `source` that do not resolve in the tree (roots: patched scratch
+    first, then the checkout), as messages without line numbers (so that a patched file can be compared
+    with the unpatched one). Returns (problems, number of imported names checked)."""
+    problems: list[str] = []
+    checked = 0
+    cache: dict[Path, tuple[set[str], bool]] = {}
+    trees: dict[Path, ast.Module] = {}
+    classes: dict[str, tuple[str, set[str]]] = {}  # local name -> (module.Class, its attributes)
+    tree = ast.parse(source, name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                node.module.split(".")[0] == "sglang":
+            mod_file = _module_file(roots, node.module)
+            if mod_file is None:
+                if not _is_package(roots, node.module):  # a namespace package (no __init__.py) is fine
+                    problems.append(f"no module {node.module}")
+                    continue
+                bound, open_ended = set(), False
+            else:
+                if mod_file not in cache:
+                    trees[mod_file] = ast.parse(mod_file.read_bytes(), str(mod_file))
+                    cache[mod_file] = _top_level_names(trees[mod_file])
+                bound, open_ended = cache[mod_file]
+            for a in node.names:
+                checked += 1
+                if mod_file is not None and a.name in bound:
+                    attrs = _class_attrs(trees[mod_file], a.name)
+                    if attrs is not None:
+                        classes[a.asname or a.name] = (f"{node.module}.{a.name}", attrs)
+                if a.name == "*" or open_ended or a.name in bound:
+                    continue
+                if _module_file(roots, f"{node.module}.{a.name}") or _is_package(roots, f"{node.module}.{a.name}"):
+                    continue
+                problems.append(f"{node.module} has no top-level name {a.name!r}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "sglang":
+                    checked += 1
+                    if _module_file(roots, a.name) is None and not _is_package(roots, a.name):
+                        problems.append(f"no module {a.name}")
+    # Class.attr on an imported sglang class (API drift between releases: a classmethod that is new)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in classes:
+            qual, attrs = classes[node.value.id]
+            if node.attr not in attrs and not node.attr.startswith("__"):
+                problems.append(f"{qual} has no attribute {node.attr!r}")
+    return problems, checked
+
+
+def undefined_names(source: bytes, name: str) -> list[str] | None:
+    """pyflakes' undefined-name messages (without line numbers), or None without pyflakes."""
+    try:
+        from pyflakes import api, messages
+        from pyflakes import reporter as rep
+    except ImportError:
+        return None
+    found: list[str] = []
+
+    class Collect(rep.Reporter):
+        def __init__(self) -> None:
+            pass
+
+        def flake(self, msg) -> None:
+            if isinstance(msg, (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)):
+                found.append(msg.message % msg.message_args)
+
+        def syntaxError(self, *a) -> None:
+            found.append("syntax error")
+
+        def unexpectedError(self, *a) -> None:
+            found.append("pyflakes could not read the file")
+
+    api.check(source.decode("utf-8", "replace"), name, Collect())
+    return found
+
+
+# ----------------------------------------------------------------------------- one set
+
+
+def check_variant(v: Variant, checkout: Path) -> Result:
+    res = Result(v.set_name, v.label)
+    patch_files = sorted(v.folder.glob("*.patch"))
+    files_root = v.folder / "files"
+    new_files = sorted(f for f in files_root.rglob("*") if f.is_file() and "__pycache__" not in f.parts) \
+        if files_root.is_dir() else []
+    if not patch_files and not new_files:
+        res.problems.append(f"{v.folder}: no *.patch files and no files/ tree")
+        return res
+    texts = [(p, p.read_text(encoding="utf-8")) for p in patch_files]
+    touched = set().union(*(touched_paths(t) for _, t in texts)) if texts else set()
+    with tempfile.TemporaryDirectory(prefix="check-patch-variants-") as tmp_s:
+        tmp = Path(tmp_s)
+        _git(tmp, "init", "-q")
+        for rel in sorted(touched):
+            src = checkout / rel
+            if src.is_file():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, tmp / rel)
+        for p, _ in texts:
+            r = _git(tmp, "apply", "--check", "--whitespace=nowarn", str(p))
+            if r.returncode != 0:
+                res.problems.append(f"{p.name} does not apply (git apply --check):\n                "
+                                    + r.stderr.strip().replace("\n", "\n                "))
+                return res
+            r = _git(tmp, "apply", "--whitespace=nowarn", str(p))
+            if r.returncode != 0:
+                res.problems.append(f"{p.name}: git apply failed after --check passed:\n    " + r.stderr.strip())
+                return res
+        written = []
+        for f in new_files:
+            rel = f.relative_to(files_root).as_posix()
+            if (checkout / rel).exists():
+                res.notes.append(f"files/{rel} replaces a file that exists in the checkout")
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, tmp / rel)
+            written.append(rel)
+        py = sorted({r for r in touched | set(written) if r.endswith(".py") and (tmp / r).is_file()})
+        roots = [tmp, checkout]
+        n_imports = 0
+        flakes_ran = False
+        for rel in py:
+            try:
+                py_compile.compile(str(tmp / rel), cfile=str(tmp / ".git" / "compiled.pyc"), doraise=True)
+            except py_compile.PyCompileError as exc:
+                res.problems.append(f"{rel} does not compile: {exc.msg.strip()}")
+                continue
+            source = (tmp / rel).read_bytes()
+            problems, n = unresolved_imports(source, rel, roots)
+            n_imports += n
+            if problems and (checkout / rel).is_file():  # only what the patch set brought in
+                before, _ = unresolved_imports((checkout / rel).read_bytes(), rel, [checkout])
+                problems = [p for p in problems if p not in before]
+            res.problems += [f"{rel}: {p}" for p in dict.fromkeys(problems)]
+            after = undefined_names(source, rel)
+            if after is not None:
+                flakes_ran = True
+                before = undefined_names((checkout / rel).read_bytes(), rel) if (checkout / rel).is_file() else []
+                for msg in sorted(set(after) - set(before or [])):
+                    res.problems.append(f"{rel}: {msg} (pyflakes)")
+        res.notes.insert(0, f"{len(patch_files)} patch(es), {len(written)} new file(s); compiled {len(py)} .py; "
+                            f"{n_imports} sglang import(s) checked"
+                            + ("; pyflakes: no new undefined names" if flakes_ran else "; pyflakes not installed"))
+    return res
+
+
+def check_checkout(checkout: Path, patches: Path, only: list[str] | None) -> tuple[list[Result], str | None]:
+    version = sglang_version(checkout)
+    if version is None:
+        return [], None
+    results = []
+    for name in only or sglang_sets(patches):
+        if not (patches / name).is_dir():
+            results.append(Result(name, problems=[f"no patch set folder {patches / name}"]))
+            continue
+        variant, have = pick_variant(patches, name, version)
+        if variant is None:
+            results.append(Result(name, problems=[f"no variant for sglang {version} (variants: "
+                                                  f"{', '.join(have) or 'none'})"]))
+            continue
+        results.append(check_variant(variant, checkout))
+    return results, version
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkouts", nargs="+", type=Path, help="SGLang source trees (python/sglang/...)")
+    ap.add_argument("--patches-dir", type=Path, default=ROOT / "patches")
+    ap.add_argument("--set", dest="sets", action="append", help="only this patch set (repeatable)")
+    args = ap.parse_args(argv)
+    status = 0
+    for checkout in args.checkouts:
+        results, version = check_checkout(checkout.resolve(), args.patches_dir.resolve(), args.sets)
+        if version is None:
+            print(f"error: {checkout}: no SGLang version found (python/sglang/_version.py, version.py)")
+            status = max(status, 2)
+            continue
+        print(f"{checkout}: sglang {version}")
+        for r in results:
+            word = "PROBLEM" if r.problems else "OK     "
+            print(f"  {word} {r.set_name}" + (f" [{r.label}]" if r.label else ""))
+            for n in r.notes:
+                print(f"            {n}")
+            for p in r.problems:
+                print(f"            - {p}")
+            if r.problems:
+                status = max(status, 1)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
