@@ -47,12 +47,13 @@ REGISTRY: dict[str, Backend] = {
         ),
         Backend(
             "flashinfer-mla-fp8",
-            "FlashInfer MLA planned on the FP8 KV cache itself (k/v scales passed, no cast); FlashInfer takes "
-            "FP8 MLA KV from 0.6.14 with its SM90 (fa3) kernels and from 0.6.18 with fa2 — older ones fail to "
-            "compile it (the seed's static_assert)",
+            "FlashInfer MLA planned on the FP8 (e4m3) KV cache itself (scales passed, no cast); FlashInfer's FP8 "
+            "MLA kernels are SM90-only, from 0.6.14 (fa3; fa2 from 0.6.18) — older ones fail to compile them "
+            "(the seed's static_assert)",
             "flashinfer",
             patch_sets=("flashinfer_mla_fp8",),
-            flashinfer_min=(("sm90", "0.6.14"), ("*", "0.6.18")),
+            archs=("sm90",),
+            flashinfer_min=(("sm90", "0.6.14"),),
         ),
         Backend(
             "flashmla",

@@ -7,9 +7,9 @@ CHECKOUT is an SGLang source tree (`python/sglang/...`; `python -m tests.upstrea
 `python/sglang/version.py` (module-level `__version__ = "..."`, as the harness agent reads it).
 
 A patch set is a folder under patches/ whose patchset.yaml says `applies_to: sglang==<version>` (the
-top level is the variant for that version) and which may hold variants for other versions in
-sub-folders named `sglang-<version>/` (the same layout: ordered `*.patch` files and a `files/` tree).
-Simulated-target sets (`applies_to: harness-sim`) are not SGLang patch sets and are left out.
+top level is the variant for that version) and `variants: {sglang==<other>: <subfolder>}` for other
+versions (the same layout: `*.patch` files and a `files/` tree); the variant is picked as the agent
+picks it (harness.patchsets). Simulated-target sets (`applies_to: harness-sim`) are left out.
 
 For each set, the variant for the checkout's version is applied in a scratch git repo that holds copies
 of only the files the patches touch (CHECKOUT is never written): `git apply --check`, then `git apply`,
@@ -41,29 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)""", re.MULTILINE)
-APPLIES_RE = re.compile(r"""^applies_to:\s*["']?([^"'\s#]+)""", re.MULTILINE)
-VARIANT_DIR = re.compile(r"^sglang-(\d[\w.+-]*)$")
+sys.path.insert(0, str(ROOT))
+
+from harness.agent.target import target_identity  # noqa: E402
+from harness.patchsets import load_patch_set  # noqa: E402
+
 DIFF_PATHS = re.compile(r"^(?:\+\+\+ b/(\S+)|--- a/(\S+)|rename to (\S+)|copy to (\S+))", re.MULTILINE)
-
-
-def sglang_version(checkout: Path) -> str | None:
-    for rel in ("python/sglang/_version.py", "python/sglang/version.py"):
-        try:
-            m = VERSION_RE.search((checkout / rel).read_text(encoding="utf-8"))
-        except OSError:
-            continue
-        if m:
-            return m.group(1)
-    return None
-
-
-def applies_to(folder: Path) -> str | None:
-    meta = folder / "patchset.yaml"
-    if not meta.is_file():
-        return None
-    m = APPLIES_RE.search(meta.read_text(encoding="utf-8"))
-    return m.group(1) if m else None
 
 
 @dataclass
@@ -82,30 +65,23 @@ class Result:
 
 
 def sglang_sets(patches: Path) -> list[str]:
+    """The sets made for some SGLang release (sim-only sets left out)."""
     names = []
     for folder in sorted(p for p in patches.iterdir() if p.is_dir()):
-        top = applies_to(folder) or ""
-        if top.startswith("sglang") or any(VARIANT_DIR.match(d.name) for d in folder.iterdir() if d.is_dir()):
+        ps = load_patch_set(patches, folder.name)
+        if any(t.startswith("sglang==") for t in ps.applies_to):
             names.append(folder.name)
     return names
 
 
-def pick_variant(patches: Path, set_name: str, version: str) -> tuple[Variant | None, list[str]]:
-    """The variant for `version` and the versions the set has (for the message when there is none)."""
-    folder = patches / set_name
-    have = []
-    top = applies_to(folder)
-    if top and top.startswith("sglang=="):
-        have.append(top.split("==", 1)[1])
-    for d in sorted(p for p in folder.iterdir() if p.is_dir()):
-        m = VARIANT_DIR.match(d.name)
-        if m:
-            have.append(m.group(1))
-            if m.group(1) == version:
-                return Variant(set_name, f"{d.name}/", d), have
-    if top == f"sglang=={version}":
-        return Variant(set_name, "top level", folder), have
-    return None, have
+def pick_variant(patches: Path, set_name: str, target: str) -> tuple[Variant | None, list[str]]:
+    """The variant the agent would apply on `target` (harness.patchsets), and the targets the set has."""
+    ps = load_patch_set(patches, set_name)
+    v = ps.variant_for(target)
+    if v is None:
+        return None, list(ps.applies_to)
+    label = "top level" if v.folder == ps.folder else f"{v.folder.name}/"
+    return Variant(set_name, label, v.folder), list(ps.applies_to)
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -357,15 +333,16 @@ def check_variant(v: Variant, checkout: Path) -> Result:
 
 
 def check_checkout(checkout: Path, patches: Path, only: list[str] | None) -> tuple[list[Result], str | None]:
-    version = sglang_version(checkout)
-    if version is None:
+    target = target_identity(str(checkout))
+    if target is None or not target.startswith("sglang=="):
         return [], None
+    version = target.split("==", 1)[1]
     results = []
     for name in only or sglang_sets(patches):
         if not (patches / name).is_dir():
             results.append(Result(name, problems=[f"no patch set folder {patches / name}"]))
             continue
-        variant, have = pick_variant(patches, name, version)
+        variant, have = pick_variant(patches, name, target)
         if variant is None:
             results.append(Result(name, problems=[f"no variant for sglang {version} (variants: "
                                                   f"{', '.join(have) or 'none'})"]))

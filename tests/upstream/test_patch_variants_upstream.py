@@ -1,5 +1,5 @@
-"""Patch sets with variants for other SGLang releases (`patches/<set>/sglang-<version>/`, the same layout as
-the set's top level): every variant applies to its release's real source (the PyPI wheel laid out as a
+"""Patch sets with variants for other SGLang releases (`variants:` in patchset.yaml, each a subfolder with
+the same layout as the set's top level): every variant applies to its release's real source (the PyPI wheel laid out as a
 checkout), compiles, and the sglang imports it adds resolve there -- checked with
 `scripts/check_patch_variants.py`, the way an engineer checks them by hand. Copies of shared files (the
 Triton kernel, the gather module) stay byte-identical across variants.
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
+from harness.patchsets import load_patch_set
 from tests.conftest import PATCHES, PROJECT
 from tests.upstream.sglang_source import SKIP_ENV, FetchError, fetch_wheel, lay_out
 
@@ -28,7 +27,6 @@ pytestmark = pytest.mark.integration
 if os.environ.get(SKIP_ENV) == "1":
     pytest.skip(f"{SKIP_ENV}=1", allow_module_level=True)
 
-VARIANT = re.compile(r"^sglang-(\d[\w.+-]*)$")
 KERNEL = PROJECT / "kernels" / "fp8_mla_decode.py"
 ATTN = Path("files/python/sglang/srt/layers/attention")
 
@@ -44,30 +42,18 @@ def _load_checker():
 checker = _load_checker()
 
 
-def variant_dirs(patches: Path = PATCHES) -> list[Path]:
-    return sorted(d for s in patches.iterdir() if s.is_dir() for d in s.iterdir() if d.is_dir() and VARIANT.match(d.name))
-
-
 def releases(patches: Path = PATCHES) -> list[str]:
     """Every SGLang release some SGLang patch set is made for (top level or variant)."""
-    found = {VARIANT.match(d.name).group(1) for d in variant_dirs(patches)}
-    for name in checker.sglang_sets(patches):
-        top = checker.applies_to(patches / name) or ""
-        if top.startswith("sglang=="):
-            found.add(top.split("==", 1)[1])
-    return sorted(found)
+    return sorted({t.split("==", 1)[1] for name in checker.sglang_sets(patches)
+                   for t in load_patch_set(patches, name).applies_to if t.startswith("sglang==")})
 
 
-def test_variants_are_found_and_named_for_their_release():
-    dirs = variant_dirs()
-    assert {d.parent.name for d in dirs} >= {"flashinfer_mla_gather_cast", "custom_fp8_mla", "flashinfer_mla_fp8"}
-    for d in dirs:
-        assert sorted(d.glob("*.patch")) or (d / "files").is_dir(), f"{d}: no *.patch files and no files/"
-        meta = d / "patchset.yaml"
-        if meta.is_file():
-            doc = yaml.safe_load(meta.read_text(encoding="utf-8"))
-            assert set(doc) <= {"description", "applies_to", "order"}, doc
-            assert doc.get("applies_to") == f"sglang=={VARIANT.match(d.name).group(1)}", meta
+def test_variants_are_declared_and_each_has_content():
+    for name in ("flashinfer_mla_gather_cast", "custom_fp8_mla", "flashinfer_mla_fp8"):
+        ps = load_patch_set(PATCHES, name)
+        assert ps.applies_to == ("sglang==0.5.23", "sglang==0.5.16"), (name, ps.applies_to)
+        for v in ps.variants:
+            assert v.patches or v.files, f"{v.folder}: no *.patch files and no files/"
 
 
 def test_shared_files_stay_identical_across_variants():
