@@ -2,6 +2,7 @@
 
     wheel = fetch_wheel()                  # pip download sglang==0.5.23 --no-deps, cached
     repo = lay_out(wheel, dest)            # dest/python/sglang/... in a one-commit git repo
+                                           # (real-target/make_target_repo.py: the GPU host's kit uses it too)
 
 The wheel's `sglang/` package is what a checkout has under `python/sglang/`, so patch sets made with
 `git diff` in an SGLang checkout apply to this tree as they would on the GPU box. The download is
@@ -22,6 +23,10 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from tests.support import kit
+
+_target_repo = kit.load("make_target_repo")
 
 SGLANG_VERSION = "0.5.23"
 APPLIES_TO = f"sglang=={SGLANG_VERSION}"
@@ -74,35 +79,8 @@ def fetch_wheel(version: str = SGLANG_VERSION, cache: Path | None = None) -> Pat
     return dest
 
 
-def _git(repo: Path, *args: str) -> None:
-    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise FetchError(f"git {' '.join(args)} failed in {repo}:\n{p.stderr.strip()[-1500:]}")
-
-
-def lay_out(wheel: Path, repo: Path, version: str = SGLANG_VERSION) -> Path:
-    """`repo/python/sglang/...` from the wheel, committed once (no global git config is used or set)."""
-    if repo.exists() and any(repo.iterdir()):
-        raise FileExistsError(f"{repo} is not empty")
-    target = repo / "python"
-    target.mkdir(parents=True)
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            name = info.filename
-            if not name.startswith("sglang/") or name.endswith("/"):
-                continue
-            parts = Path(name).parts
-            if ".." in parts or Path(name).is_absolute():
-                raise FetchError(f"{wheel.name}: unsafe member {name!r}")
-            z.extract(info, target)
-    _git(repo, "init", "-q")
-    # No background `git gc --auto` (it would repack while a test copies the repo); this is the
-    # repo's own config, nothing global is read or written.
-    _git(repo, "config", "gc.auto", "0")
-    _git(repo, "add", "-A")
-    _git(repo, "-c", "user.name=harness tests", "-c", "user.email=harness-tests@localhost",
-         "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", f"SGLang {version} (PyPI wheel)")
-    return repo
+# `repo/python/sglang/...` from the wheel, committed once: one implementation, the kit's.
+lay_out = _target_repo.lay_out
 
 
 def copy_repo(template: Path, dest: Path) -> Path:
@@ -121,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         repo = lay_out(fetch_wheel(args.version), args.dest, args.version)
-    except (FetchError, FileExistsError) as exc:
+    except (FetchError, _target_repo.LayOutError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(repo)
