@@ -140,13 +140,20 @@ class Timeouts(Strict):
 
 
 class ProfileSettings(Strict):
-    """Capture a torch-profiler trace after the benchmark, under a short load from one bench case."""
+    """Capture a torch-profiler trace after the benchmark, under a short load from one bench case.
+
+    The profile starts at the first forward step after the load's warmup and records `steps` of them
+    (docs/reference/sglang-0.5.16-profiler.md says how SGLang does it)."""
 
     steps: int = Field(5, ge=1, description="forward steps to record (SGLang's num_steps)")
     case: Name | None = Field(None, description="the bench case that drives the load (default: the first)")
     num_prompts: int | None = Field(None, ge=1, description="a shorter load than the case's own")
     activities: tuple[Literal["CPU", "GPU", "MEM"], ...] = ("CPU", "GPU")
-    timeout: float = Field(300.0, gt=0, description="seconds to wait for the trace files")
+    with_stack: bool = Field(False, description="Python stacks in the trace (SGLang's own default is on: its "
+                                                "Python tracer makes the trace, and the stop, far larger)")
+    record_shapes: bool = Field(False, description="operator input shapes in the trace")
+    timeout: float = Field(300.0, gt=0, description="seconds the whole profile stage may take (load, capture, "
+                                                     "trace files); a profile not done by then is a profile_error")
 
 
 class Experiment(Strict):

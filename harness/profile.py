@@ -10,6 +10,7 @@ share of all GPU time is reported, with its top kernels. Memory grows with the n
 from __future__ import annotations
 
 import gzip
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,9 @@ import ijson
 
 # CPU ops that only wrap others: a kernel is credited to the innermost op, but these never name one.
 WRAPPERS = ("aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone")
+# One forward step: SGLang's span around each model forward (`step[DECODE bs=8]`, `step[EXTEND bs=1 toks=38]`;
+# model_runner.py, profile_utils.build_step_span_name), or torch's own `ProfilerStep#N` where a caller steps it.
+STEP_RE = re.compile(r"step\[|ProfilerStep#")
 
 
 @dataclass
@@ -101,7 +105,7 @@ def summarize_trace(path: Path, top: int = 10) -> TraceSummary:
             ext = (ev.get("args") or {}).get("External id")
             if ext is not None and name not in WRAPPERS:
                 op_of[ext] = names.setdefault(name, len(names))
-        elif cat == "user_annotation" and str(ev.get("name", "")).startswith("ProfilerStep#"):
+        elif cat == "user_annotation" and STEP_RE.match(str(ev.get("name", ""))):
             steps += 1
     op_names = {i: n for n, i in names.items()}
     kernel_by_id = {i: n for n, i in kernel_interned.items()}

@@ -115,9 +115,11 @@ class BenchCase(Message):
 class ProfileSpec(Message):
     steps: int
     activities: list[str]
-    timeout: float
+    timeout: float  # the whole profile stage
     case: str
     argv: list[ArgvItem]
+    with_stack: bool = False
+    record_shapes: bool = False
 
 
 @dataclass

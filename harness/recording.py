@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ class AgentReport:
     interrupted: bool = False
     cancel: threading.Event | None = None
     secrets: list[str] = field(default_factory=list)
+    stage: str | None = None  # the agent's current stage
+    # Called after each benchmark result and stage change: keeps what arrived on disk before the final report.
+    checkpoint: Callable[[], None] | None = None
 
 
 # What the agent reports only when it applies; a record carries each one only when it is set (and truthy).
@@ -98,6 +102,29 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
     )
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_
+    return record
+
+
+def bench_complete(spec: Spec, follow: AgentReport) -> bool:
+    """Every case has sent all its repeats: the benchmark stage is over, and it succeeded."""
+    return bool(spec.bench) and all(len(follow.bench_rows.get(c.name, [])) >= int(c.repeats) for c in spec.bench)
+
+
+def make_provisional_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Spec, follow: AgentReport,
+                            directory: Path, elapsed: float, sweep: SweepAttempt | None = None) -> Record:
+    """The record as it stands before the agent's final report: the benchmark results that arrived as events.
+    Kept beside the attempt until the real record replaces it, so a controller killed in a later stage (a
+    long profile, the stop) loses no finished case. With every case done its status is the benchmark's
+    (`ok`): a result; else `aborted`, which runs again on resume."""
+    done = bench_complete(spec, follow)
+    note = ("provisional record, written during the %s stage: the controller ended before the agent's final "
+            "report, %s. The agent on the host stops the server and reverts by itself (`harness status %s` shows "
+            "anything left)" % (follow.stage or "bench", "after every benchmark case had finished" if done
+                                else "before the benchmark had finished", host_name))
+    stand_in = AgentReport(final={"status": (Status.OK if done else Status.ABORTED).value, "error": note},
+                           hello=follow.hello, bench_rows=follow.bench_rows, secrets=follow.secrets)
+    record = make_record(r, host_name, run_id, attempt, spec, stand_in, directory, None, elapsed, sweep)
+    record.provisional = True
     return record
 
 

@@ -2,6 +2,7 @@
 
     results/<run-id>/run.json                               the sweep's plan (`RunInfo`, schema `RUN_SCHEMA`)
     results/<run-id>/<experiment>/<attempt>/record.json     one attempt (`Record`, schema `SCHEMA`)
+    results/<run-id>/<experiment>/<attempt>/record.partial.json   the same, provisional, while it runs
 
 beside each record the server log and the benchmark JSONL. Files are written atomically; records are
 never overwritten. On read, a file of another schema or one that does not validate is a `ResultsError`
@@ -28,6 +29,7 @@ from .errors import ConfigError, ResultsError
 from .protocol import Status
 
 SCHEMA = 1  # record.json
+PROVISIONAL = "record.partial.json"  # an attempt's record while it runs (see `ResultsStore.write_provisional`)
 RUN_SCHEMA = 1  # run.json
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
@@ -196,6 +198,8 @@ class Record(_Strict):
     budget_exceeded: bool | None = None
     gpu_dirty: dict[str, int] | None = None
     profile_error: str | None = None
+    # written while the attempt ran (`record.partial.json`): the controller ended before the final report
+    provisional: bool | None = None
 
     def is_final(self) -> bool:
         """A result: the attempt does not run again on resume. An aborted (or infra-error) attempt is not,
@@ -312,6 +316,25 @@ class ResultsStore:
     def write_record(self, attempt_dir: Path, record: Record) -> Path:
         return write_exclusive(attempt_dir / "record.json", record.to_json())
 
+    def write_provisional(self, attempt_dir: Path, record: Record) -> Path:
+        """`record.partial.json`, replaced atomically as results arrive; read as the attempt's record only while
+        it has no `record.json` (a controller that was killed before writing it)."""
+        path = attempt_dir / PROVISIONAL
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(record.to_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ResultsError(f"cannot write {path}: {exc.strerror}") from None
+        return path
+
+    def drop_provisional(self, attempt_dir: Path) -> None:
+        (attempt_dir / PROVISIONAL).unlink(missing_ok=True)
+
     @contextmanager
     def lock_run(self, run_id: str) -> Iterator[None]:
         """One harness runs (or resumes) a run at a time: two `--resume` of one run would plan the same
@@ -364,12 +387,23 @@ class ResultsStore:
         return [r for r in self.sweep_run_ids() if self.read_run(r).sweep_file == wanted]
 
     def record_paths(self, run_id: str) -> list[Path]:
-        return sorted(self.run_path(run_id).glob("*/*/record.json"))
+        """Each attempt's record.json — or its provisional record when the controller died before writing it."""
+        final = list(self.run_path(run_id).glob("*/*/record.json"))
+        done = {p.parent for p in final}
+        provisional = [p for p in self.run_path(run_id).glob(f"*/*/{PROVISIONAL}") if p.parent not in done]
+        return sorted(final + provisional)
 
     def iter_records(self, run_id: str) -> Iterator[Record]:
         """Every record of a run, in folder order (experiment, then attempt number)."""
         for path in self.record_paths(run_id):
-            yield load_record(path)
+            try:
+                rec = load_record(path)
+            except ResultsError:
+                final = path.parent / "record.json"
+                if path.name != PROVISIONAL or not final.exists():
+                    raise
+                rec = load_record(final)  # the attempt ended just now: its record replaced the provisional one
+            yield rec
 
     def records_by_key(self, run_id: str) -> dict[str, list[Record]]:
         """A sweep's records by attempt key (several when infrastructure failures were retried)."""

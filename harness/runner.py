@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from .agent.hostio import sha256_file
 from .config import HostConfig
-from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted
+from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, ResultsError
 from .masking import mask_files, mask_secrets, secret_values
 from .protocol import (
     BenchResult,
@@ -33,7 +33,7 @@ from .protocol import (
     Timeouts,
     decode,
 )
-from .recording import AgentReport, make_record
+from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
 from .results import Record, ResultsStore, SweepAttempt
 from .shipping import ensure_agent
@@ -78,6 +78,18 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     t0 = time.monotonic()
     follow = AgentReport(cancel=cancel)
     host_error: HarnessError | None = None
+
+    def checkpoint() -> None:
+        """What has arrived, on disk now: a controller killed before the final report keeps its finished cases."""
+        if not follow.bench_rows or follow.final is not None:
+            return
+        try:
+            store.write_provisional(directory, make_provisional_record(
+                resolved, host_name, run_id, attempt, spec, follow, directory, time.monotonic() - t0, record_extra))
+        except (ResultsError, ValueError) as exc:  # never at the attempt's expense
+            reporter.note(label, f"cannot keep the results so far on disk: {exc}")
+
+    follow.checkpoint = checkpoint
     try:
         _run_agent(transport_factory, host_name, host, spec, follow, reporter, label, fetch_into=directory)
     except (HostError, AgentProtocolError) as exc:
@@ -93,6 +105,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     record = make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
                           time.monotonic() - t0, record_extra)
     store.write_record(directory, record)
+    store.drop_provisional(directory)
     outcome = AttemptOutcome(record, directory)
     if host_error is not None:
         raise host_error
@@ -287,7 +300,10 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
         # NTP-style: the host read its clock about halfway through the round trip.
         follow.clock_offset = ev.host_time - (follow.ping_sent + time.time()) / 2
     elif isinstance(ev, StageChanged):
+        follow.stage = ev.stage
         reporter.stage(label, ev.stage)
+        if follow.checkpoint is not None:
+            follow.checkpoint()
     elif isinstance(ev, Crashed):
         verdict = triage_text(mask_secrets(ev.log_tail or "", follow.secrets), ev.exit_code)
         follow.live_verdict = verdict.to_dict()
@@ -298,6 +314,8 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
         reporter.note(label, f"hung: {ev.reason}")
     elif isinstance(ev, BenchResult):
         follow.bench_rows.setdefault(ev.case, []).append(ev.result)
+        if follow.checkpoint is not None:
+            follow.checkpoint()
     elif isinstance(ev, Recovering):
         reporter.note(label, "found the journal of an interrupted attempt; recovering first")
     elif isinstance(ev, PreflightWarning):

@@ -77,4 +77,4 @@ def _profile_spec(python: str, exp: Experiment) -> dict[str, Any] | None:
     if p is None:
         return None
     return {"steps": p.steps, "activities": list(p.activities), "timeout": p.timeout, "case": profile_case(exp).name,
-            "argv": profile_argv(python, exp)}
+            "argv": profile_argv(python, exp), "with_stack": p.with_stack, "record_shapes": p.record_shapes}

@@ -19,7 +19,8 @@ Modules, one job each:
     tree      git: preflight of the patches, journal, apply, revert, verify
     target    what the host's SGLang and GPUs allow (version, backend choices, arch, GPU count)
     server    launch, log follower, readiness, crash and hang detection, stack dumps, stop
-    bench     benchmark clients and profile capture against the running server
+    bench     benchmark clients against the running server
+    profiling the profile stage: SGLang's torch profiler around a few steps of a short load (bounded)
     procs     process groups, markers, stragglers, ports
     gpu       nvidia-smi: GPUs, their processes, waiting for memory to be released
     hostio    small file and subprocess helpers

@@ -19,6 +19,7 @@ from .gpu import query_gpus, wait_gpu_release
 from .link import Link
 from .lock import RepoLock
 from .procs import MARKER_ENV, pick_free_port, port_free
+from .profiling import Capture
 from .server import Server
 from .status import stop_recorded_server
 from .target import choose_variants, fit_problems, read_package_version, read_server_version, target_identity
@@ -126,7 +127,7 @@ class Attempt:
             self.timings["bench_s"] = load.bench()
             if self.spec.profile:
                 self.stage("profile")
-                load.profile()
+                Capture(load).run()  # never fails the attempt: a profile that did not come is `profile_error`
         except Exception as exc:
             self.fail(exc)
         finally:

@@ -43,6 +43,13 @@ class LogFollower:
         self.last_growth = time.monotonic()
         self.first_fatal: Optional[tuple[float, str]] = None  # (monotonic time, line)
         self.ready_seen = False
+        self._expected: dict[str, Any] = {}
+        self.marks: dict[str, tuple[float, str]] = {}  # name → (monotonic time, line) of its first match
+
+    def expect(self, name: str, pattern: str) -> None:
+        """From now on, note the first line matching `pattern` under `name` (in `marks`)."""
+        self.marks.pop(name, None)
+        self._expected[name] = re.compile(pattern)
 
     def poll(self) -> None:
         if self._f is None:
@@ -77,6 +84,9 @@ class LogFollower:
             self.first_fatal = (time.monotonic(), text)
         if not self.ready_seen and self.ready.search(text):
             self.ready_seen = True
+        for name, pattern in self._expected.items():
+            if name not in self.marks and pattern.search(message):
+                self.marks[name] = (time.monotonic(), text)
 
     def close(self) -> None:
         if self._f:

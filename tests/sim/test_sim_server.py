@@ -410,7 +410,7 @@ def test_ignore_sigterm(shared_target, launch):
     assert_no_leftovers(proc)
 
 
-def test_http_api(shared_target, launch):
+def test_http_api(shared_target, launch, tmp_path):
     port = free_port()
     proc = launch(shared_target, *server_args(port, "--served-model-name", "glm5"), env=FAST_ENV)
     proc.wait_for_line(READY_LINE, timeout=30)
@@ -462,8 +462,10 @@ def test_http_api(shared_target, launch):
     assert completion["choices"][0]["finish_reason"] == "length"
 
     assert http(port, "POST", "/flush_cache") == (200, http(port, "GET", "/flush_cache")[1])
-    assert http(port, "POST", "/start_profile", {"output_dir": "/tmp/x"}) == (200, "Start profiling.\n")
-    assert http(port, "POST", "/start_profile")[0] == 400
+    out_dir = str(tmp_path / "profile")
+    assert http(port, "POST", "/start_profile", {"output_dir": out_dir, "with_stack": False}) == (
+        200, "Start profiling.\n")
+    assert http(port, "POST", "/start_profile") == (500, "Internal Server Error")  # already in progress
     assert http(port, "GET", "/stop_profile") == (200, "Stop profiling. This will take some time.\n")
     assert http(port, "GET", "/nope")[0] == 404
     assert http(port, "GET", "/generate")[0] == 405

@@ -52,6 +52,19 @@ def test_top_op_is_the_copy_with_its_share(tmp_path):
     assert s.steps == 1 and s.kernels == 31 and s.per_step_us == s.total_gpu_us
 
 
+def test_sglang_step_spans_count_as_steps(tmp_path):
+    """SGLang's scheduler never calls prof.step(): its steps are `record_function` spans around each forward
+    (model_runner.py, profile_utils.build_step_span_name)."""
+    events = [e for e in seed_like_events() if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    events += [{"ph": "X", "cat": "user_annotation", "name": name, "ts": 0, "dur": 1, "pid": 1, "tid": 1, "args": {}}
+               for name in ("step[EXTEND bs=1 toks=38]", "step[DECODE bs=8]", "step[DECODE bs=8]")]
+    events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "step[DECODE bs=8]", "ts": 0, "dur": 1,
+                   "pid": 0, "tid": 7, "args": {}})  # the GPU-side copy of a span is not another step
+    f = tmp_path / "t.trace.json"
+    f.write_text(json.dumps(trace(events)))
+    assert summarize_trace(f).steps == 3
+
+
 def test_gzip_and_bare_list_traces(tmp_path):
     g = tmp_path / "t.trace.json.gz"
     with gzip.open(g, "wt") as w:

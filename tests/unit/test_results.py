@@ -31,6 +31,23 @@ def test_attempt_dirs_are_numbered_and_records_never_overwritten(tmp_path):
     assert [p.name for p in d1.iterdir()] == ["record.json"]  # no temp file left
 
 
+def test_a_provisional_record_is_replaced_in_place_and_counts_only_until_the_final_one(tmp_path):
+    """`record.partial.json` keeps what arrived while the attempt runs; a killed controller leaves it."""
+    store = ResultsStore(tmp_path)
+    d1, d2 = store.new_attempt_dir("r", "e"), store.new_attempt_dir("r", "e")
+    store.write_provisional(d1, record(status="aborted", provisional=True))
+    store.write_provisional(d1, record(status="ok", provisional=True))
+    assert [p.name for p in d1.iterdir()] == ["record.partial.json"]  # replaced, no temp file left
+    store.write_provisional(d2, record(attempt="02", status="ok", provisional=True))
+    store.write_record(d2, record(attempt="02", status="crashed"))
+    recs = list(store.iter_records("r"))
+    assert [(r.attempt, r.status, r.provisional) for r in recs] == [("01", "ok", True), ("02", "crashed", None)]
+    assert [r.attempt for r in store.final_records("r")] == ["01", "02"]
+    store.drop_provisional(d2)
+    store.drop_provisional(d2)  # gone already: fine
+    assert [p.name for p in d2.iterdir()] == ["record.json"]
+
+
 def test_disk_full_is_a_clear_error_and_leaves_no_partial_record(tmp_path, monkeypatch):
     import os
 
@@ -88,6 +105,7 @@ FULL = {
     "dirty": ["notes.txt"], "locked_by": {"run_id": "other", "pid": 7}, "fetch_missing": ["/w/bench.jsonl"],
     "port_in_use": 30000, "cannot_run": ["needs sm100"], "preflight_warnings": ["cutlass_mla unknown"],
     "arch": "sm90", "budget_exceeded": True, "gpu_dirty": {"123": 512}, "profile_error": "no trace",
+    "provisional": True,
 }
 
 

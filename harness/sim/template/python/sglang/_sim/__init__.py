@@ -15,6 +15,11 @@ Environment knobs (all optional):
   progress, silently, right after that milestone.
 * ``SGLANG_SIM_CRASH_IN_BENCH`` n: the TP0 scheduler hits an illegal memory access
   at the first forward step after n client requests have finished.
+* ``SGLANG_SIM_PROFILE_EXPORT_S`` seconds: the profiler's stop and export take this much longer (the
+  scheduler serves nothing meanwhile), as the export of a huge trace does.
+* ``SGLANG_SIM_PROFILE_STALL_S`` seconds: the TP0 scheduler is busy this long before it takes a
+  ``/start_profile`` or ``/stop_profile`` request (stuck in a long step, or still exporting), so the HTTP
+  call blocks, as SGLang's does (its tokenizer manager waits for the scheduler without a timeout).
 * ``SGLANG_SIM_LEAK_GPU_MEMORY`` "1": the simulated driver keeps the server's GPU memory held
   after its processes are gone (``nvidia-smi --query-compute-apps`` keeps listing it).
 * ``SGLANG_SIM_STATE_DIR``      where the simulated GPUs are described
@@ -96,6 +101,14 @@ def crash_in_bench():
     if value < 0:
         raise ValueError("SGLANG_SIM_CRASH_IN_BENCH must be >= 0")
     return value
+
+
+def profile_export_s():
+    return _env_float("SGLANG_SIM_PROFILE_EXPORT_S", 0.0)
+
+
+def profile_stall_s():
+    return _env_float("SGLANG_SIM_PROFILE_STALL_S", 0.0)
 
 
 def milestone(name):

@@ -418,24 +418,73 @@ def flush_cache(h):
         h.send_text(400, "Flush cache failed.\n")
 
 
+# ProfileReq's fields (io_struct.py) and their types: a wrong type is a 400, an unknown key is ignored.
+PROFILE_REQ_FIELDS = {
+    "output_dir": "str", "start_step": "int", "num_steps": "int", "activities": "list", "profile_by_stage": "bool",
+    "with_stack": "bool", "record_shapes": "bool", "profile_id": "str", "merge_profiles": "bool",
+    "profile_prefix": "str", "profile_stages": "list",
+}
+_NOT_OPTIONAL = ("profile_by_stage", "merge_profiles")
+
+
+def _profile_field(name, kind, value):
+    if value is None and name not in _NOT_OPTIONAL:
+        return None
+    if kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)  # lax, like pydantic: SGLang's own bench client sends "5"
+    elif kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if value in (0, 1, "0", "1", "true", "false", "True", "False"):
+            return str(value).lower() in ("1", "true")
+    elif kind == "str":
+        if isinstance(value, str):
+            return value
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ValueError("%s: Input should be a valid %s" % (name, {"int": "integer", "bool": "boolean",
+                                                                "str": "string", "list": "list"}[kind]))
+
+
+def _env_true(name):
+    return os.environ.get(name, "true").lower() in ("1", "true", "yes", "on")
+
+
+def _execute_profile(h, req, ok_text):
+    """TokenizerManager._execute_profile: waits for the scheduler (no timeout); a failure raises -> 500."""
+    answers = _global_state.tokenizer_manager.call("profile", req, timeout=None)
+    failed = [message for success, message in answers if not success]
+    if failed:
+        uvicorn_logger.error("Exception in ASGI application\nTraceback (most recent call last):\n"
+                             "RuntimeError: %s" % failed[0])
+        return h.send_text(500, "Internal Server Error")
+    h.send_text(200, ok_text)
+
+
 def start_profile(h):
     body = h._body() if h.command == "POST" else {}
-    request = {
-        "output_dir": body.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
-        "num_steps": body.get("num_steps"),
-        "profile_prefix": body.get("profile_prefix"),
-    }
-    errors = [e for e in _global_state.tokenizer_manager.call("profile", "start", request) if e]
-    if errors:
-        return h.send_text(400, errors[0] + "\n")
-    h.send_text(200, "Start profiling.\n")
+    if not isinstance(body, dict):
+        body = {}
+    req = {"req_type": "start"}
+    try:
+        for name, kind in PROFILE_REQ_FIELDS.items():
+            req[name] = _profile_field(name, kind, body.get(name, False if name in _NOT_OPTIONAL else None))
+    except ValueError as e:
+        return h.send_json(400, {"object": "error", "message": str(e), "type": "BadRequest", "param": None,
+                                 "code": 400})
+    # TokenizerControlMixin.start_profile: stacks and shapes on unless turned off (here or by env).
+    req["with_stack"] = not (req["with_stack"] is False or not _env_true("SGLANG_PROFILE_WITH_STACK"))
+    req["record_shapes"] = req["record_shapes"] is not False and _env_true("SGLANG_PROFILE_RECORD_SHAPES")
+    req["profile_id"] = req["profile_id"] or str(time.time())
+    _execute_profile(h, req, "Start profiling.\n")
 
 
 def stop_profile(h):
-    errors = [e for e in _global_state.tokenizer_manager.call("profile", "stop", None) if e]
-    if errors:
-        return h.send_text(400, errors[0] + "\n")
-    h.send_text(200, "Stop profiling. This will take some time.\n")
+    h._discard_body()
+    _execute_profile(h, {"req_type": "stop"}, "Stop profiling. This will take some time.\n")
 
 
 def freeze_gc(h):

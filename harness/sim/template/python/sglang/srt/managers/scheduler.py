@@ -15,10 +15,11 @@ import threading
 import time
 from collections import deque
 
-from sglang._sim import crash_in_bench, device_seconds_to_wall, ignore_sigterm, milestone
+from sglang._sim import crash_in_bench, device_seconds_to_wall, ignore_sigterm, milestone, profile_stall_s
 from sglang._sim.gpus import load_facts
 from sglang._sim.profiler import Recorder
 from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.managers.scheduler_components.profiler_manager import SchedulerProfilerManager
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.utils import configure_logger, get_exception_traceback, kill_itself_when_parent_died
@@ -104,8 +105,14 @@ class Scheduler:
         self.last_gen_throughput = 0.0
         self.finished_client_reqs = 0
         self.crash_after = crash_in_bench()
-        self.profiling = False
         self._reference_costs = None
+        self.forward_ct = 0
+        sa = server_args
+        backend = sa.decode_attention_backend or sa.attention_backend or "flashinfer"
+        self.profiler_manager = SchedulerProfilerManager(
+            sa.tp_size, dp_rank, sa.dp_size, lambda: self.forward_ct,
+            lambda: Recorder(sa.tp_size, backend, self.model_config.num_hidden_layers, load_facts()["name"]),
+        )
 
     def get_init_info(self):
         return {
@@ -135,7 +142,9 @@ class Scheduler:
         while True:
             msgs = []
             if not self.running and not self.waiting_queue:
-                msgs.append(inbox.get())  # idle: block until there is work
+                tic = time.perf_counter()
+                msgs.append(inbox.get())  # idle: block until there is work (the real loop spins)
+                self.profiler_manager.on_idle(time.perf_counter() - tic)
             while True:
                 try:
                     msgs.append(inbox.get_nowait())
@@ -172,7 +181,10 @@ class Scheduler:
         elif kind == "get_internal_state":
             self.send_conn.send(("reply", msg[1], self.internal_state()))
         elif kind == "profile":
-            self.send_conn.send(("reply", msg[1], self.profile(msg[2], msg[3])))
+            stall = profile_stall_s()
+            if stall:
+                time.sleep(stall)  # busy elsewhere: the request waits, and so does its HTTP call
+            self.send_conn.send(("reply", msg[1], self.profiler_manager.profile(msg[2])))
         return None
 
     def internal_state(self):
@@ -194,35 +206,6 @@ class Scheduler:
             },
         }
 
-    def profile(self, action, request):
-        if action == "start":
-            if self.profiling:
-                return "Profiling is already in progress. Call /stop_profile first."
-            request = request if isinstance(request, dict) else {"output_dir": request}
-            output_dir = request.get("output_dir") or "/tmp"
-            self.profiling = True
-            self.profile_id = "%.6f" % time.time()
-            sa = self.server_args
-            backend = sa.decode_attention_backend or sa.attention_backend or "flashinfer"
-            self.recorder = Recorder(output_dir, self.profile_id, sa.tp_size, request.get("num_steps"), backend,
-                                     self.model_runner.model_config.num_hidden_layers, load_facts()["name"],
-                                     prefix=(request.get("profile_prefix") or ""))
-            logger.info(
-                "Profiling starts. Traces will be saved to: %s (with profile id: %s)"
-                % (output_dir, self.profile_id)
-            )
-            return None
-        if not self.profiling:
-            return "Profiling is not in progress. Call /start_profile first."
-        self._finish_profile()
-        return None
-
-    def _finish_profile(self):
-        self.profiling = False
-        logger.info("Stop profiling...")
-        paths = self.recorder.write()
-        logger.info("Profiling done. Traces are saved to: %s" % os.path.dirname(paths[0]))
-
     # ------------------------------------------------------------- batches
 
     def _check_injected_crash(self, batch_reqs):
@@ -232,13 +215,13 @@ class Scheduler:
             raise RuntimeError(ILLEGAL_MEMORY_ACCESS)
 
     def _step(self, forward_batch, reqs):
+        mode = "decode" if forward_batch.forward_mode.is_decode() else "extend"
+        self.forward_ct += 1
+        self.profiler_manager.profile_batch_predicate(mode)  # may stop (and export) or start a profile
         tic = time.perf_counter()
         self._check_injected_crash(reqs)
         cost = self.model_runner.forward(forward_batch)
-        if self.profiling and self.recorder.step(
-            "decode" if forward_batch.forward_mode.is_decode() else "extend", forward_batch.num_tokens, cost
-        ):
-            self._finish_profile()  # num_steps reached: stops by itself, like SGLang
+        self.profiler_manager.on_step(mode, forward_batch.batch_size, forward_batch.num_tokens, cost)
         wall = device_seconds_to_wall(sum(cost.values()))
         remaining = wall - (time.perf_counter() - tic)
         if remaining > 0:
