@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The live-server runs behind benchmarks/results/real-h200.md, step by step, on a GPU host without
+# network that has this checkout and the real-target kit's wheelhouse parts (.wh/part*of*/):
+#
+#   scripts/gpu/live_h200.sh install .wh/part1of2 [.wh/extra]   # each part in its own call if need be
+#   scripts/gpu/live_h200.sh setup                               # model, target repos, hosts.yaml, smoke
+#   scripts/gpu/live_h200.sh sweep [SECONDS]                     # the all-backends sweep (resumable)
+#   scripts/gpu/live_h200.sh tests [PYTEST ARGS]                 # tests/gpu/test_real_sglang.py
+#
+# Results (the results dir as a tarball, logs) go to $OUT when it is set.
+set -euo pipefail
+SITE=${SITE:-/tmp/site}
+ROOT=${ROOT:-/tmp/harness-real}
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+# NVLink multicast stays off on a shared box (also inside the servers: setup_host.py writes it in hosts.yaml).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:$SITE"   # the harness itself: pydantic and ijson from the wheelhouse
+
+save_results() {
+  [ -d "$ROOT/results" ] && tar -czf "$OUT/results.tar.gz" -C "$ROOT" results || true
+}
+
+case "${1:-}" in
+  install)
+    shift
+    for p in "$@"; do
+      if compgen -G "$p/*.tar.xz" >/dev/null; then parts+=("$p"); else
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$p"/*.whl
+      fi
+    done
+    [ -n "${parts+x}" ] && bash real-target/install_wheelhouse.sh "${parts[@]}" --target "$SITE"
+    du -sh "$SITE" ;;
+  setup)
+    wheel=$(ls "$SITE.wheels"/sglang-*.whl)
+    python3 real-target/setup_host.py --site "$SITE" --sglang-wheel "$wheel" --root "$ROOT"
+    nvidia-smi --query-gpu=index,name,memory.used --format=csv
+    PYTHONPATH="$ROOT/sglang-gpu0/python:$SITE" python3 -c \
+      "import sglang, flashinfer, sgl_kernel; from sglang.srt.server_args import ServerArgs; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
+    python3 -m harness validate experiments/real-h200/*.yaml --against "$ROOT/sglang-gpu0" ;;
+  sweep)
+    hosts=$(python3 -c "import json; print(','.join(json.load(open('$ROOT/target.json'))['sweep_hosts']))")
+    resume=()
+    last=$(python3 -c "from pathlib import Path; from harness.results import ResultsStore as S
+print((S(Path('$ROOT/results')).runs_of_sweep(Path('experiments/real-h200/all-backends.yaml')) or [''])[-1])")
+    [ -n "$last" ] && resume=(--resume "$last")
+    set +e
+    timeout "${2:-540}" python3 -m harness sweep experiments/real-h200/all-backends.yaml --hosts "$hosts" \
+      --hosts-file "$ROOT/hosts.yaml" --results-dir "$ROOT/results" "${resume[@]}" 2>&1 | tee "$OUT/sweep.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    python3 benchmarks/real_h200.py "$ROOT/results" --out "$OUT/real-h200" || true
+    save_results
+    exit "$rc" ;;
+  tests)
+    shift
+    set +e
+    HARNESS_REAL_TARGET="$ROOT/target.json" python3 -m pytest -v -rs -p no:cacheprovider tests/gpu/test_real_sglang.py "$@" \
+      2>&1 | tee "$OUT/gpu-tests.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    save_results
+    exit "$rc" ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
+esac
