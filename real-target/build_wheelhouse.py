@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the wheelhouse that puts SGLang 0.5.16 on a GPU host without network, in parts of a bounded size.
 
-    build_wheelhouse.py --out DIR [--part-mib 55] [--cache DIR] [--requirements FILE]
+    build_wheelhouse.py --out OUT [--part-mib 55] [--cache DIR] [--requirements FILE]
 
 Run it where there is network (Python >= 3.10, pip). It
 
@@ -19,6 +19,7 @@ Run it where there is network (Python >= 3.10, pip). It
    Wheels that install into the same top-level path (a namespace package, a data folder) go into the same
    part, so installing the parts one after another with `pip install --upgrade --target` never replaces
    what an earlier part put there (install_wheelhouse.sh merges bin/, which every wheel with scripts shares).
+   SGLang's own wheel is listed in its part's `.keep` file: not installed, kept for make_target_repo.py.
 
 On the GPU host: `install_wheelhouse.sh PART_DIR... --target DIR` (beside this script). `OUT/wheelhouse.json`
 lists every part, its wheels and what was dropped.
