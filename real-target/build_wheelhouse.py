@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the wheelhouse that puts SGLang 0.5.16 on a GPU host without network, in parts of a bounded size.
 
-    build_wheelhouse.py --out DIR [--part-mib 55] [--cache DIR] [--requirements FILE]
+    build_wheelhouse.py --out OUT [--part-mib 55] [--cache DIR] [--requirements FILE]
 
 Run it where there is network (Python >= 3.10, pip). It
 
@@ -14,11 +14,12 @@ Run it where there is network (Python >= 3.10, pip). It
    `sm90/common_ops` and `flashmla_ops` stay. The slimmed wheel's RECORD is rewritten, so pip installs it;
 4. adds a stand-in `xgrammar` wheel built from xgrammar_standin/ (see its docstring);
 5. re-packs every wheel uncompressed (ZIP_STORED: same files, same RECORD hashes) and packs the wheels
-   into parts, each a folder `partN/` holding one solid `.tar.xz` (xz across whole wheels is about half
+   into parts, each a folder `partIofN/` holding one solid `.tar.xz` (xz across whole wheels is about half
    the size of the wheels' own deflate) and a `.sha256` manifest; no part folder is over --part-mib.
-   Wheels that install into the same top-level path (a namespace package, `bin/`) go into the same part,
-   so installing the parts one after another with `pip install --upgrade --target` never replaces what
-   an earlier part put there.
+   Wheels that install into the same top-level path (a namespace package, a data folder) go into the same
+   part, so installing the parts one after another with `pip install --upgrade --target` never replaces
+   what an earlier part put there (install_wheelhouse.sh merges bin/, which every wheel with scripts shares).
+   SGLang's own wheel is listed in its part's `.keep` file: not installed, kept for make_target_repo.py.
 
 On the GPU host: `install_wheelhouse.sh PART_DIR... --target DIR` (beside this script). `OUT/wheelhouse.json`
 lists every part, its wheels and what was dropped.
@@ -57,18 +58,19 @@ STANDIN_SRC = HERE / "xgrammar_standin"
 STANDIN_NAME, STANDIN_VERSION = "xgrammar", "0.0.0+standin"
 MiB = 1024 * 1024
 
-# The GPU host: CPython 3.12 on x86_64 with glibc >= 2.34. pip takes the first five from the brief's list;
-# manylinux_2_31 (llguidance 1.9.1) and manylinux_2_34 (sglang 0.5.16 is tagged so) are the newest tags
-# any pinned wheel needs. Pure `py3-none-any` wheels are always accepted.
+# The GPU host: CPython 3.12 on x86_64 (glibc >= 2.31). pip prefers a wheel by the order of these tags:
+# the usual manylinux tags first; the last two only where a pin has no wheel for the others: llguidance 1.9.1
+# (manylinux_2_31) and sglang 0.5.16 (manylinux_2_34; not installed, only unzipped by make_target_repo.py).
+# Pure `py3-none-any` wheels are always accepted.
 PYTHON_VERSION = "3.12"
 PLATFORMS = (
-    "manylinux_2_34_x86_64",
-    "manylinux_2_31_x86_64",
     "manylinux_2_28_x86_64",
     "manylinux_2_27_x86_64",
     "manylinux_2_17_x86_64",
     "manylinux2014_x86_64",
     "manylinux1_x86_64",
+    "manylinux_2_31_x86_64",
+    "manylinux_2_34_x86_64",
 )
 
 # Members dropped from a wheel (normalized distribution name → fnmatch patterns; `*` crosses `/`). Only
@@ -81,6 +83,14 @@ SLIM: dict[str, tuple[str, ...]] = {
         "sgl_kernel/sm100/*",  # the Blackwell build of common_ops (the H200 loads sm90/)
     ),
 }
+# Not dropped, because no run has shown them unneeded: the next candidates by their share of the parts (each
+# wheel alone at xz -6; the parts hold ~65 MiB in all): sglang-kernel's sm90/common_ops + flashmla_ops 13 MiB
+# (needed); sglang 8 (the target repo); flashinfer 6 (of which flashinfer/data, CUTLASS/CCCL headers and
+# sources for its JIT: 62 MB unpacked); zstandard 3.8 (unstripped extension modules, 23 MB unpacked);
+# transformers 3.3 (transformers/models: 37 MB unpacked; SGLang imports many model configs); cryptography 3.3;
+# nvidia-cudnn-frontend 2.9; jedi 2.1 (its bundled typeshed stubs, jedi/third_party: 32 MB unpacked; IPython
+# imports jedi); openai-harmony 2.1 (gpt-oss); tokenizers 2.1 (needed); py-spy 1.9 (the harness's stack
+# dumps of a hung server); llguidance 1.9 (a grammar backend).
 
 # Distributions whose wheel goes into the wheelhouse but not into the install target: SGLang itself is the
 # target repo (make_target_repo.py lays this wheel out), so a copy in the target dir could only shadow it.
@@ -158,6 +168,12 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
     return normalize(parts[0]), parts[1]
 
 
+def cache_folder(root: Path, python_version: str = PYTHON_VERSION, platforms: Sequence[str] = PLATFORMS) -> Path:
+    """The cache's folder for one target: pip picks other wheels for other platform tags (or their order)."""
+    key = hashlib.sha256("\n".join([python_version, *platforms]).encode()).hexdigest()[:10]
+    return root / f"cp{python_version.replace('.', '')}-{key}"
+
+
 def cached_wheels(pin: Pin, cache: Path) -> list[Path]:
     out = []
     for path in sorted(cache.glob("*.whl")):
@@ -231,18 +247,18 @@ def _rewrite_record(data: bytes, dropped: set[str]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def install_roots(names: Iterable[str]) -> frozenset[str]:
+def install_roots(names: Iterable[str], entry_points: str = "") -> frozenset[str]:
     """What a wheel's members become at the top of a `pip install --target` dir (dist-info included).
 
-    pip installs --target into a temporary home (lib/python → the target, `scripts` → bin/, `headers` →
-    include/, `data/X` → X) and then moves each top-level entry into the target, replacing one of the same
-    name when --upgrade is given."""
+    pip installs --target into a temporary home (lib/python → the target, `scripts` and the console
+    scripts of `entry_points.txt` → bin/, `headers` → include/, `data/X` → X) and then moves each top-level
+    entry into the target, replacing one of the same name when --upgrade is given."""
     roots = set()
     for n in names:
         parts = n.split("/")
         if parts[0].endswith(".data") and len(parts) >= 3:
             kind = parts[1]
-            if kind in ("purelib", "platlib", "data") and len(parts) >= 3:
+            if kind in ("purelib", "platlib", "data"):
                 roots.add(parts[2])
             elif kind == "scripts":
                 roots.add("bin")
@@ -250,7 +266,14 @@ def install_roots(names: Iterable[str]) -> frozenset[str]:
                 roots.add("include")
         elif parts[0]:
             roots.add(parts[0])
+    if re.search(r"^\s*\[(console|gui)_scripts\]", entry_points, re.M):
+        roots.add("bin")
     return frozenset(roots)
+
+
+def _entry_points(z: zipfile.ZipFile, names: Iterable[str]) -> str:
+    found = [n for n in names if re.fullmatch(r"[^/]+\.dist-info/entry_points\.txt", n)]
+    return z.read(found[0]).decode("utf-8", "replace") if found else ""
 
 
 def repack_wheel(src: Path, dst: Path, drop: Sequence[str] = (),
@@ -281,8 +304,9 @@ def repack_wheel(src: Path, dst: Path, drop: Sequence[str] = (),
                 out.compress_type = compression
                 zo.writestr(out, data)
         os.replace(tmp, dst)
+        kept = [i.filename for i in infos if i.filename not in gone]
         return Repacked(dst, src.name, [(i.filename, i.file_size) for i in dropped],
-                        install_roots(i.filename for i in infos if i.filename not in gone))
+                        install_roots(kept, _entry_points(zi, kept)))
 
 
 def _record_row(path: str, data: bytes) -> list[str]:
@@ -328,8 +352,13 @@ class Item:
     roots: frozenset[str] = frozenset()
 
 
+# Top-level folders that install_wheelhouse.sh merges across calls instead of letting pip replace them: bin/
+# is shared by every wheel with scripts, so it does not tie those wheels to one part.
+MERGED_ROOTS = frozenset({"bin"})
+
+
 def group_items(items: Sequence[Item]) -> list[list[Item]]:
-    """Items that share an install root (transitively) in one group; the rest alone."""
+    """Items that share an install root other than MERGED_ROOTS (transitively) in one group; the rest alone."""
     parent = list(range(len(items)))
 
     def find(i: int) -> int:
@@ -340,7 +369,7 @@ def group_items(items: Sequence[Item]) -> list[list[Item]]:
 
     owner: dict[str, int] = {}
     for i, item in enumerate(items):
-        for root in item.roots:
+        for root in item.roots - MERGED_ROOTS:
             if root in owner:
                 parent[find(i)] = find(owner[root])
             else:
@@ -390,10 +419,22 @@ def xz_size(path: Path, preset: int) -> int:
     return size + len(comp.flush())
 
 
+def xz_filters(preset: int) -> list[dict]:
+    """x86 BCJ, then LZMA2 at `preset`; at 9 its extreme variant with a 192 MiB window.
+
+    Measured on this wheelhouse's parts (~200 MB of stored wheels each, much of it x86-64 shared objects):
+    BCJ saves 1.5 % over plain level 9, the extreme level with a window that spans the whole part 0.8 %
+    more (compressing then takes ~2 GB of memory; unpacking, 192 MiB)."""
+    lz: dict = {"id": lzma.FILTER_LZMA2, "preset": preset}
+    if preset == 9:
+        lz.update(preset=9 | lzma.PRESET_EXTREME, dict_size=192 * MiB)
+    return [{"id": lzma.FILTER_X86}, lz]
+
+
 def write_part_tarball(wheels: Sequence[Path], dst: Path, preset: int) -> int:
     """A reproducible solid .tar.xz of the wheels (flat names, sorted; no owner, fixed times); its size."""
     tmp = dst.with_name(dst.name + ".part")
-    with lzma.open(tmp, "wb", format=lzma.FORMAT_XZ, preset=preset) as xz, \
+    with lzma.open(tmp, "wb", format=lzma.FORMAT_XZ, filters=xz_filters(preset)) as xz, \
             tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for wheel in sorted(wheels, key=lambda p: p.name):
             info = tarfile.TarInfo(wheel.name)
@@ -515,18 +556,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="where the part folders go (made if missing)")
     ap.add_argument("--part-mib", type=float, default=55, help="the most MiB one part folder may hold (55)")
     ap.add_argument("--cache", type=Path, default=Path("~/.cache/harness-real-target").expanduser(),
-                    help="downloaded wheels, kept between runs (a subfolder per Python version)")
+                    help="downloaded wheels, kept between runs (a subfolder per Python version and platforms)")
     ap.add_argument("--requirements", type=Path, default=DEFAULT_REQUIREMENTS)
     ap.add_argument("--python-version", default=PYTHON_VERSION, help="the GPU host's Python (3.12)")
     ap.add_argument("--platform", action="append", default=None,
                     help=f"a pip --platform tag (repeatable; default: {' '.join(PLATFORMS)})")
-    ap.add_argument("--xz-preset", type=int, default=9, choices=range(10), help="xz level of the parts (9)")
+    ap.add_argument("--xz-preset", type=int, default=9, choices=range(10),
+                    help="xz level of the parts (9: its extreme variant, a 192 MiB window; see xz_filters)")
     ap.add_argument("--jobs", type=int, default=None, help="parallel compressors (default: CPU count)")
     args = ap.parse_args(argv)
-    cache = args.cache / f"cp{args.python_version.replace('.', '')}"
+    platforms = args.platform or PLATFORMS
+    cache = cache_folder(args.cache, args.python_version, platforms)
     try:
         summary = build(args.requirements, args.out, cache, int(args.part_mib * MiB), args.xz_preset,
-                        python_version=args.python_version, platforms=args.platform or PLATFORMS, jobs=args.jobs)
+                        python_version=args.python_version, platforms=platforms, jobs=args.jobs)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

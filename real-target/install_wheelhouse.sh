@@ -6,10 +6,11 @@
 # Each PART_DIR is a `partIofN/` folder of the wheelhouse: its .tar.xz is unpacked into a scratch folder,
 # every wheel checked against the part's .sha256 manifest, and all wheels of the parts given are installed
 # with one `pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target DIR`.
-# Parts may be installed in separate calls, in any order (no two parts install into the same top-level
-# path; build_wheelhouse.py sees to that). Wheels a part lists in its .keep file (SGLang itself: the
-# target repo is made from it, see make_target_repo.py) are not installed but copied to --wheels
-# (default: DIR.wheels). Then run servers with PYTHONPATH=<target repo>/python:DIR.
+# Parts may be installed in separate calls, in any order: no two parts install into the same top-level
+# path (build_wheelhouse.py sees to that), except bin/, which this script merges. Wheels a part lists in
+# its .keep file (SGLang itself: the target repo is made from it, see make_target_repo.py) are not
+# installed but moved to --wheels (default: DIR.wheels). Then run servers with
+# PYTHONPATH=<target repo>/python:DIR.
 #
 # Needs: bash, Python >= 3.8 with pip (PYTHON, default python3: the Python that will run the server),
 # sha256sum. No network.
@@ -80,8 +81,18 @@ done
 to_install=("$stage"/*.whl)
 if [ ${#to_install[@]} -gt 0 ]; then
   mkdir -p "$target"
-  PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --disable-pip-version-check \
-    --target "$target" "${to_install[@]}"
+  # pip --upgrade --target replaces each top-level folder it installs into. Parts never share one, except
+  # bin/ (every wheel with scripts writes there): the scripts of earlier calls are put back afterwards
+  # (where a name clashes, this call's script wins).
+  if [ -d "$target/bin" ]; then cp -a "$target/bin" "$stage/bin.before"; fi
+  status=0
+  PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --disable-pip-version-check --target "$target" "${to_install[@]}" || status=$?
+  if [ -d "$stage/bin.before" ]; then
+    mkdir -p "$target/bin"
+    cp -a -n "$stage/bin.before/." "$target/bin/"
+  fi
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 echo "installed ${#to_install[@]} wheels into $target"
 for k in ${kept[@]+"${kept[@]}"}; do

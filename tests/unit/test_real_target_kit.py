@@ -115,9 +115,19 @@ def test_pip_download_asks_for_the_gpu_hosts_wheels(tmp_path):
     assert argv[argv.index("--python-version") + 1] == "3.12"
     assert argv[argv.index("--implementation") + 1] == "cp"
     platforms = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
-    assert {"manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-            "manylinux1_x86_64", "manylinux_2_34_x86_64"} <= set(platforms)
+    # pip prefers wheels in this order: the usual tags first, the newer glibc ones only where nothing else exists
+    assert platforms[:5] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                             "manylinux2014_x86_64", "manylinux1_x86_64"]
+    assert {"manylinux_2_31_x86_64", "manylinux_2_34_x86_64"} <= set(platforms[5:])
     assert argv[-2:] == ["sglang==0.5.16", "llguidance==1.9.1"]
+
+
+def test_the_cache_has_a_folder_per_python_and_platform_order(tmp_path):
+    a = bw.cache_folder(tmp_path, "3.12", ["manylinux_2_28_x86_64", "manylinux_2_34_x86_64"])
+    assert a == bw.cache_folder(tmp_path, "3.12", ["manylinux_2_28_x86_64", "manylinux_2_34_x86_64"])
+    assert a.parent == tmp_path and a.name.startswith("cp312-")
+    assert a != bw.cache_folder(tmp_path, "3.12", ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64"])
+    assert a != bw.cache_folder(tmp_path, "3.11", ["manylinux_2_28_x86_64", "manylinux_2_34_x86_64"])
 
 
 def test_download_takes_cached_wheels_without_pip(tmp_path, monkeypatch):
@@ -226,6 +236,9 @@ def test_install_roots_follow_pips_target_layout():
     names = ["a/__init__.py", "a-1.dist-info/RECORD", "top.py", "a-1.data/scripts/tool",
              "a-1.data/purelib/b/__init__.py", "a-1.data/data/share/x", "a-1.data/headers/a.h"]
     assert bw.install_roots(names) == {"a", "a-1.dist-info", "top.py", "bin", "b", "share", "include"}
+    # console scripts from entry points land in bin/ too; other entry point groups do not
+    assert bw.install_roots(["a/__init__.py"], "[console_scripts]\na = a:main\n") == {"a", "bin"}
+    assert bw.install_roots(["a/__init__.py"], "[pytest11]\na = a.plugin\n") == {"a"}
 
 
 def check_plan(items, limit, plan):
@@ -246,13 +259,20 @@ def test_plan_parts_fills_as_few_parts_as_the_sizes_allow():
 
 
 def test_plan_parts_keeps_wheels_that_share_a_root_together():
-    items = [bw.Item("dill.whl", 20, frozenset({"dill", "bin"})), bw.Item("py_spy.whl", 20, frozenset({"bin"})),
+    items = [bw.Item("a.whl", 20, frozenset({"a", "share"})), bw.Item("b.whl", 20, frozenset({"share"})),
              bw.Item("big.whl", 30), bw.Item("cutlass_base.whl", 15, frozenset({"nvidia_cutlass_dsl"})),
              bw.Item("cutlass_core.whl", 15, frozenset({"nvidia_cutlass_dsl"}))]
     plan = bw.plan_parts(items, 55)
     check_plan(items, 55, plan)
-    assert any({"dill.whl", "py_spy.whl"} <= set(p) for p in plan)
+    assert any({"a.whl", "b.whl"} <= set(p) for p in plan)
     assert any({"cutlass_base.whl", "cutlass_core.whl"} <= set(p) for p in plan)
+
+
+def test_bin_does_not_tie_wheels_together():
+    """install_wheelhouse.sh merges bin/, so two wheels with scripts may go to different parts."""
+    items = [bw.Item("dill.whl", 40, frozenset({"dill", "bin"})), bw.Item("py_spy.whl", 40, frozenset({"bin"}))]
+    plan = bw.plan_parts(items, 55)
+    assert sorted(plan) == [["dill.whl"], ["py_spy.whl"]]
 
 
 def test_plan_parts_refuses_a_group_larger_than_a_part():
@@ -309,13 +329,17 @@ def test_make_parts_writes_parts_under_the_limit_holding_every_wheel_once(tmp_pa
 
 
 def test_the_parts_install_offline_one_call_after_another(tmp_path):
-    """Two parts, installed by install_wheelhouse.sh in two calls: the second does not replace what the
-    first put there; sglang's wheel is kept aside, not installed; a tampered part is refused."""
+    """Parts installed by install_wheelhouse.sh one call each: a later call does not replace what an earlier
+    one put there (bin/ included); sglang's wheel is kept aside, not installed; a tampered part is refused."""
     src = tmp_path / "src"
     src.mkdir()
+    blob = random.Random(7).randbytes(120 * 1024)  # one wheel with it fills a part: the script wheels part ways
     built = [
-        make_wheel(src, "dill", "0.4.1", {"dill/__init__.py": b"d", "dill-0.4.1.data/scripts/undill": b"#!python\n"}),
-        make_wheel(src, "py_spy", "0.4.3", {"py_spy-0.4.3.data/scripts/py-spy": b"\x7fELF"}),
+        make_wheel(src, "dill", "0.4.1", {"dill/__init__.py": b"d", "dill/blob": blob,
+                                          "dill-0.4.1.data/scripts/undill": b"#!python\n"}),
+        make_wheel(src, "py_spy", "0.4.3", {"py_spy-0.4.3.data/scripts/py-spy": b"\x7fELF", "py_spy/blob": blob}),
+        make_wheel(src, "clitool", "1.0", {"clitool/__init__.py": b"def main():\n    pass\n", "clitool/blob": blob,
+                                           "clitool-1.0.dist-info/entry_points.txt": b"[console_scripts]\nclitool = clitool:main\n"}),
         make_wheel(src, "cutlass_base", "4.6.0", {"nvidia_cutlass_dsl/base/__init__.py": b"b"}),
         make_wheel(src, "cutlass_core", "4.6.0", {"nvidia_cutlass_dsl/core/__init__.py": b"c"}),
         make_wheel(src, "sglang", "0.5.16", {"sglang/__init__.py": b"s", "sglang/srt/x.py": b"x"}),
@@ -327,7 +351,10 @@ def test_the_parts_install_offline_one_call_after_another(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     parts = bw.make_parts(wheels, out, 256 * 1024, preset=1, estimate_preset=0, label="wh", jobs=1)
-    assert len(parts) >= 2
+    where = {w: k for k, part in enumerate(parts) for w in part["wheels"]}
+    scripts = ["dill-0.4.1-py3-none-any.whl", "py_spy-0.4.3-py3-none-any.whl", "clitool-1.0-py3-none-any.whl"]
+    assert len({where[w] for w in scripts}) == 3  # three parts write bin/
+    assert where["cutlass_base-4.6.0-py3-none-any.whl"] == where["cutlass_core-4.6.0-py3-none-any.whl"]
     target = tmp_path / "site"
     env = {**os.environ, "PYTHON": sys.executable}
     for part in parts:
@@ -335,8 +362,8 @@ def test_the_parts_install_offline_one_call_after_another(tmp_path):
                            capture_output=True, text=True, env=env)
         assert p.returncode == 0, p.stderr
     installed = files_under(target)
-    assert {"bin/undill", "bin/py-spy", "nvidia_cutlass_dsl/base/__init__.py", "nvidia_cutlass_dsl/core/__init__.py",
-            "dill/__init__.py"} <= installed
+    assert {"bin/undill", "bin/py-spy", "bin/clitool", "nvidia_cutlass_dsl/base/__init__.py",
+            "nvidia_cutlass_dsl/core/__init__.py", "dill/__init__.py", "clitool/__init__.py"} <= installed
     assert {f"filler{i}/blob" for i in range(4)} <= installed
     assert not any(n.startswith("sglang") for n in installed)
     assert files_under(tmp_path / "site.wheels") == {"sglang-0.5.16-py3-none-any.whl"}
