@@ -2,7 +2,7 @@
 # The live-server runs behind benchmarks/results/real-h200.md, step by step, on a GPU host without
 # network that has this checkout and the real-target kit's wheelhouse parts (.wh/part*of*/):
 #
-#   scripts/gpu/live_h200.sh install .wh/part1of2 [.wh/extra]   # each part in its own call if need be
+#   scripts/gpu/live_h200.sh install .whp/part1of2 [.whp/extra]   # each part in its own call if need be
 #   scripts/gpu/live_h200.sh setup                               # model, target repos, hosts.yaml, smoke
 #   scripts/gpu/live_h200.sh sweep [SECONDS]                     # the all-backends sweep (resumable)
 #   scripts/gpu/live_h200.sh tests [PYTEST ARGS]                 # tests/gpu/test_real_sglang.py
