@@ -2,7 +2,8 @@
 
 Measures the two numbers the foundation issue names:
   * detect latency: server death on the host → verdict on the controller (`detect_latency_s`), for the
-    seed's FP8 static_assert warmup crash; target: median of 5 < 1.0 s;
+    seed's FP8-into-MLA-plan warmup crash (on the default simulated FlashInfer 0.7.2: run()'s
+    missing-scales ValueError); target: median of 5 < 1.0 s;
   * the harness's own overhead per attempt: total minus waiting for readiness and benchmarking
     (`total_s - ready_s - bench_s`); target < 2 s.
 

@@ -218,6 +218,9 @@ def sim_init(
     directory: Path = typer.Argument(..., help="Where to create the simulated SGLang checkout."),
     arch: str = typer.Option("sm90", "--arch", help="Simulated GPU architecture: sm90, sm100 or sm120."),
     gpus: int = typer.Option(8, "--gpus", help="Number of simulated GPUs."),
+    flashinfer_version: str = typer.Option(
+        "0.7.2", "--flashinfer-version",
+        help="Version of the simulated FlashInfer (what its FP8 MLA kernels do depends on it: harness/sim/README.md)."),
 ) -> None:
     """Create a simulated SGLang target (a git repo) and print the interpreter path for hosts.yaml."""
     from .sim import ARCHES, init_target
@@ -226,10 +229,11 @@ def sim_init(
         if arch not in ARCHES:
             raise ConfigError(f"unknown arch {arch!r}", hint=f"choose one of: {', '.join(ARCHES)}")
         try:
-            target = init_target(directory, arch=arch, gpus=gpus)
+            target = init_target(directory, arch=arch, gpus=gpus, flashinfer_version=flashinfer_version)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        out.print(f"simulated SGLang target created at {target.repo} ({arch}, {gpus} GPUs)", highlight=False)
+        out.print(f"simulated SGLang target created at {target.repo} ({arch}, {gpus} GPUs, "
+                  f"FlashInfer {flashinfer_version})", highlight=False)
         out.print("add it to hosts.yaml:", highlight=False)
         out.print(f"  repo: {target.repo}\n  python: {target.python}", highlight=False)
         print(target.python)

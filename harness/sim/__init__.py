@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -19,7 +20,7 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ARCHES", "GPU_SPECS", "TEMPLATE_DIR", "SimTarget", "init_target"]
+__all__ = ["ARCHES", "DEFAULT_FLASHINFER_VERSION", "GPU_SPECS", "TEMPLATE_DIR", "SimTarget", "init_target"]
 
 ARCHES = ("sm90", "sm100", "sm120")
 
@@ -33,6 +34,10 @@ GPU_SPECS = {
 TEMPLATE_DIR = Path(__file__).resolve().parent / "template"
 SGLANG_VERSION = "0.5.23"
 STATE_DIR_NAME = "sglang-sim"  # inside the venv
+# The simulated FlashInfer's version: what SGLang 0.5.23 ships with. Its MLA behaviour with an FP8 KV
+# cache depends on it (see README.md); mirrors sglang/_sim/flashinfer/jit.py.
+DEFAULT_FLASHINFER_VERSION = "0.7.2"
+_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?$")
 
 _GIT_IDENTITY = ("-c", "user.name=sglang-sim", "-c", "user.email=sglang-sim@example.invalid")
 _GIT_DATE = "2025-06-01T00:00:00+00:00"  # fixed, so the initial commit id is reproducible
@@ -49,13 +54,20 @@ class SimTarget:
     python: Path  # interpreter to put in hosts.yaml: repo/.venv/bin/python
 
 
-def init_target(dest: Path, arch: str = "sm90", gpus: int = 8) -> SimTarget:
+def init_target(
+    dest: Path, arch: str = "sm90", gpus: int = 8, flashinfer_version: str = DEFAULT_FLASHINFER_VERSION
+) -> SimTarget:
     """Create a simulated SGLang checkout at ``dest`` (which must not exist or be empty)."""
     dest = Path(dest).absolute()
     if arch not in ARCHES:
         raise ValueError(f"unknown simulated GPU arch {arch!r}; choose one of {', '.join(ARCHES)}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 64:
         raise ValueError(f"gpus must be an integer between 1 and 64, got {gpus!r}")
+    if not isinstance(flashinfer_version, str) or not _VERSION_RE.match(flashinfer_version):
+        raise ValueError(
+            f"flashinfer_version must be a release number such as 0.6.13, 0.6.18rc7 or 0.7.2, "
+            f"got {flashinfer_version!r}"
+        )
     if dest.exists():
         if not dest.is_dir():
             raise ValueError(f"cannot create a simulated target at {dest}: it exists and is not a directory")
@@ -69,8 +81,8 @@ def init_target(dest: Path, arch: str = "sm90", gpus: int = 8) -> SimTarget:
     _git(dest, "add", "-A")
     _git(dest, "commit", "-q", "--no-verify", "-m", f"Simulated SGLang v{SGLANG_VERSION} checkout")
 
-    python = _make_venv(dest)
-    _write_gpu_facts(dest / ".venv" / STATE_DIR_NAME, arch, gpus)
+    python = _make_venv(dest, flashinfer_version)
+    _write_gpu_facts(dest / ".venv" / STATE_DIR_NAME, arch, gpus, flashinfer_version)
     return SimTarget(repo=dest, python=python)
 
 
@@ -104,7 +116,7 @@ def _git(repo: Path, *args: str) -> str:
     return proc.stdout
 
 
-def _make_venv(dest: Path) -> Path:
+def _make_venv(dest: Path, flashinfer_version: str = DEFAULT_FLASHINFER_VERSION) -> Path:
     env_dir = dest / ".venv"
     venv.create(env_dir, with_pip=False, system_site_packages=False, symlinks=(os.name != "nt"))
     site_packages = sorted(env_dir.glob("lib/python*/site-packages")) or sorted(
@@ -115,13 +127,36 @@ def _make_venv(dest: Path) -> Path:
     # The "editable install": the checkout's python/ directory goes on sys.path.
     pth = site_packages[0] / f"__editable__.sglang-{SGLANG_VERSION}.pth"
     pth.write_text(str(dest / "python") + "\n")
+    _write_flashinfer_dist_info(site_packages[0], flashinfer_version)
     smi = env_dir / "bin" / "nvidia-smi"
     smi.write_text(_NVIDIA_SMI)
     smi.chmod(smi.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return env_dir / "bin" / "python"
 
 
-def _write_gpu_facts(state_dir: Path, arch: str, gpus: int) -> None:
+def _write_flashinfer_dist_info(site_packages: Path, version: str) -> None:
+    """What `pip install flashinfer-python==<version>` leaves for importlib.metadata to find: the
+    harness agent reads the server's FlashInfer version with importlib.metadata.version("flashinfer-python")."""
+    info = site_packages / f"flashinfer_python-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\n"
+        "Name: flashinfer-python\n"
+        f"Version: {version}\n"
+        "Summary: FlashInfer: Kernel Library for LLM Serving (simulated by the harness; the kernels "
+        "live in sglang._sim.flashinfer)\n"
+        "Requires-Python: >=3.8\n"
+    )
+    (info / "INSTALLER").write_text("sglang-sim\n")
+    (info / "top_level.txt").write_text("flashinfer\n")
+    (info / "RECORD").write_text(
+        "".join(f"flashinfer_python-{version}.dist-info/{name},,\n" for name in ("METADATA", "INSTALLER",
+                                                                                "top_level.txt", "RECORD"))
+    )
+
+
+def _write_gpu_facts(state_dir: Path, arch: str, gpus: int,
+                     flashinfer_version: str = DEFAULT_FLASHINFER_VERSION) -> None:
     name, memory_mib, compute_cap = GPU_SPECS[arch]
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "procs").mkdir(exist_ok=True)
@@ -133,5 +168,6 @@ def _write_gpu_facts(state_dir: Path, arch: str, gpus: int) -> None:
         "compute_cap": compute_cap,
         "driver_version": "570.133.20",
         "cuda_version": "12.8",
+        "flashinfer_version": flashinfer_version,
     }
     (state_dir / "gpus.json").write_text(json.dumps(facts, indent=2) + "\n")

@@ -272,7 +272,13 @@ def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(tmp_path):
             assert r["revert"]["tree_before"] == r["revert"]["tree_after"]
         else:  # refused in preflight: nothing was applied, so there was nothing to revert
             assert (r["status"], r["revert"]) == ("preflight-failed", None), r["experiment"]
-    assert "static assertion failed" in p.stdout
+    # The seed's patch on the simulated FlashInfer 0.7.2: run() wants the FP8 scales (SM90), or plan() refuses
+    # FP8 off SM90; the table shows the key line (wrapped in its cell).
+    for r in by_exp["sim-fp8-kv-into-mla-plan"]:
+        assert r["verdict"]["key_line"] in (
+            "ValueError: Exactly one of ckv_scale or ckv_scale_arr is required when kv_data_type is FP8.",
+            "ValueError: FP8 kv_data_type for MLA requires an SM90 (Hopper) device, got SM100.")
+    assert "ckv_scale_arr" in p.stdout or "SM90 (Hopper)" in p.stdout
     assert "vs base" in p.stdout and "▲" in p.stdout  # the comparison table, with significant ratios
     assert "top op" in p.stdout and "aten::copy_" in p.stdout  # every attempt profiled: the copy shows up
     stock = [r for r in by_exp["sim-flashinfer-mla"] if r["profile"]]

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from harness.patchsets import PatchSet, load_patch_set
+from harness.patchsets import Variant, load_patch_set
 from harness.sim import init_target
 from tests.sim.simproc import PATCHES, READY_LINE, free_port, http, server_args
 
@@ -35,9 +35,10 @@ def git(repo, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
-def apply_patch_set(repo, name: str) -> PatchSet:
-    """What the harness ships: the patches in order with `git apply`, then the files/ tree."""
-    patch_set = load_patch_set(PATCHES, name)
+def apply_patch_set(repo, name: str) -> Variant:
+    """What the harness ships: the patches in order with `git apply`, then the files/ tree (the sim's
+    patch sets have one variant, for the simulated target)."""
+    (patch_set,) = load_patch_set(PATCHES, name).variants
     for patch in patch_set.patches:
         path = patch_set.folder / patch.name
         git(repo, "apply", "--check", str(path))
@@ -50,14 +51,14 @@ def apply_patch_set(repo, name: str) -> PatchSet:
     return patch_set
 
 
-def revert_patch_set(repo, patch_set: PatchSet) -> None:
+def revert_patch_set(repo, patch_set: Variant) -> None:
     for new in patch_set.files:
         (repo / new.path).unlink()
     for patch in reversed(patch_set.patches):
         git(repo, "apply", "-R", str(patch_set.folder / patch.name))
 
 
-def touched_paths(repo, patch_set: PatchSet) -> list[str]:
+def touched_paths(repo, patch_set: Variant) -> list[str]:
     paths = [new.path for new in patch_set.files]
     for patch in patch_set.patches:
         out = git(repo, "apply", "--numstat", str(patch_set.folder / patch.name))
@@ -76,10 +77,12 @@ def test_patch_set_layout(name):
     assert meta["applies_to"] == "harness-sim" and meta["description"].strip()
     assert (folder / "README.md").is_file()
     patch_set = load_patch_set(PATCHES, name)  # the harness's own loader accepts it
-    assert patch_set.patches and patch_set.files
-    for patch in patch_set.patches:
+    (variant,) = patch_set.variants  # one variant, for the simulated target
+    assert variant.applies_to == ("harness-sim",)
+    assert variant.patches and variant.files
+    for patch in variant.patches:
         assert patch.text.startswith("diff --git a/python/sglang/"), patch.name
-    for new in patch_set.files:
+    for new in variant.files:
         assert new.path.startswith("python/sglang/srt/layers/attention/") and new.path.endswith(".py")
 
 

@@ -1,6 +1,7 @@
 """The simulated GPUs: static facts and the processes that hold their memory.
 
-Facts come from ``<state dir>/gpus.json`` (written when the target is created).
+Facts come from ``<state dir>/gpus.json`` (written when the target is created); it also
+holds the simulated installation's FlashInfer version (``flashinfer_version``).
 Every simulated scheduler process registers itself in ``<state dir>/procs/<pid>.json``
 with the GPU it runs on and the memory it holds; the fake ``nvidia-smi`` and the
 memory accounting of other servers read these files and ignore dead pids.
@@ -25,6 +26,8 @@ DEFAULT_FACTS = {
     "compute_cap": "9.0",
     "driver_version": "570.133.20",
     "cuda_version": "12.8",
+    # Not a GPU fact, but a fact of the simulated installation: what its FlashInfer does.
+    "flashinfer_version": "0.7.2",
 }
 # Memory a CUDA context takes before anything is allocated.
 CONTEXT_MIB = 530

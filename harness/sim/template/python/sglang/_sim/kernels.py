@@ -14,6 +14,11 @@ HBM_BANDWIDTH = {"sm90": 4.8e12, "sm100": 8.0e12, "sm120": 1.8e12}
 # kernel -> (launch overhead in seconds per layer call, bandwidth efficiency)
 KERNELS = {
     "flashinfer": (11e-6, 0.55),
+    # FlashInfer's FP8 (e4m3) MLA kernels dequantise in the kernel and are slow: measured on an H200
+    # (64 x 16 heads x 8K) fa3 FP8 reads its FP8 rows at 0.61 TB/s and fa2 FP8 at 0.53 TB/s, where
+    # fa3 BF16 reads at 3.67 TB/s -- scaled to the BF16 kernel's efficiency here.
+    "flashinfer_fp8_fa3": (11e-6, 0.55 * 0.61 / 3.67),
+    "flashinfer_fp8_fa2": (11e-6, 0.55 * 0.53 / 3.67),
     "fa3": (10e-6, 0.60),
     "fa4": (9e-6, 0.62),
     "triton": (16e-6, 0.40),

@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import logging
 import random
+import sys
 from typing import List, Optional
 
 from sglang._sim.gpus import load_facts
@@ -59,6 +60,14 @@ KV_CACHE_DTYPE_CHOICES = [
     "fp4_mx_block16",
 ]
 
+GRAMMAR_BACKEND_CHOICES = ["xgrammar", "outlines", "llguidance", "none"]
+
+# Renamed flags: still accepted, with SGLang's (yellow) deprecation line, printed while parsing.
+DEPRECATED_FLAGS = {
+    "cuda_graph_max_bs": ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "cuda_graph_max_bs_decode"),
+    "cuda_graph_bs": ("--cuda-graph-bs", "--cuda-graph-bs-decode", "cuda_graph_bs_decode"),
+}
+
 LOAD_FORMAT_CHOICES = [
     "auto",
     "pt",
@@ -73,7 +82,7 @@ LOAD_FORMAT_CHOICES = [
 
 @dataclasses.dataclass
 class ServerArgs:
-    # Model and tokenizer
+    # The fields SGLang 0.5.16 has, in its order (its `server_args=ServerArgs(...)` line lists them so).
     model_path: str
     tokenizer_path: Optional[str] = None
     tokenizer_mode: str = "auto"
@@ -85,13 +94,6 @@ class ServerArgs:
     dtype: str = "auto"
     quantization: Optional[str] = None
     kv_cache_dtype: str = "auto"
-    served_model_name: Optional[str] = None
-    # HTTP server
-    host: str = "127.0.0.1"
-    port: int = 30000
-    skip_server_warmup: bool = False
-    api_key: Optional[str] = None
-    # Memory and scheduling
     mem_fraction_static: Optional[float] = None
     max_running_requests: Optional[int] = None
     max_total_tokens: Optional[int] = None
@@ -99,40 +101,41 @@ class ServerArgs:
     max_prefill_tokens: int = 16384
     schedule_policy: str = "fcfs"
     page_size: Optional[int] = None
-    # Parallelism
-    tp_size: int = 1
-    dp_size: int = 1
-    pp_size: int = 1
-    ep_size: int = 1
-    base_gpu_id: int = 0
-    gpu_id_step: int = 1
+    disable_radix_cache: bool = False
     dist_init_addr: Optional[str] = None
     nnodes: int = 1
     node_rank: int = 0
-    # Runtime
+    tp_size: int = 1
+    pp_size: int = 1
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    device: str = "cuda"
+    base_gpu_id: int = 0
+    gpu_id_step: int = 1
     random_seed: Optional[int] = None
     watchdog_timeout: float = 300
-    device: str = "cuda"
-    # Logging
+    host: str = "127.0.0.1"
+    port: int = 30000
+    skip_server_warmup: bool = False
+    api_key: Optional[str] = None
+    served_model_name: Optional[str] = None
     log_level: str = "info"
     log_level_http: Optional[str] = None
     log_requests: bool = False
-    decode_log_interval: int = 40
     enable_metrics: bool = False
-    # Kernel backends
+    decode_log_interval: int = 40
     attention_backend: Optional[str] = None
-    prefill_attention_backend: Optional[str] = None
     decode_attention_backend: Optional[str] = None
+    prefill_attention_backend: Optional[str] = None
     sampling_backend: Optional[str] = None
-    # Optimizations
-    disable_radix_cache: bool = False
-    cuda_graph_max_bs: Optional[int] = None
-    cuda_graph_bs: Optional[List[int]] = None
+    grammar_backend: Optional[str] = None
+    cuda_graph_max_bs_decode: Optional[int] = None
+    cuda_graph_bs_decode: Optional[List[int]] = None
     disable_cuda_graph: bool = False
     disable_cuda_graph_padding: bool = False
     enable_torch_compile: bool = False
     torch_compile_max_bs: int = 32
-    enable_dp_attention: bool = False
+    ep_size: int = 1
 
     def __post_init__(self):
         if self.tokenizer_path is None:
@@ -152,8 +155,10 @@ class ServerArgs:
             self.mem_fraction_static = round((gpu_mem_gb - 20.0) / gpu_mem_gb, 3)
         if self.chunked_prefill_size is None:
             self.chunked_prefill_size = 8192 if gpu_mem_gb > 60 else 2048
-        if self.cuda_graph_max_bs is None:
-            self.cuda_graph_max_bs = 256 if gpu_mem_gb > 60 else 80
+        if self.cuda_graph_max_bs_decode is None:
+            self.cuda_graph_max_bs_decode = 256 if gpu_mem_gb > 60 else 80
+        if self.grammar_backend is None:
+            self.grammar_backend = "xgrammar"
         if self.page_size is None:
             self.page_size = 1
         self._handle_attention_backend_compatibility()
@@ -324,9 +329,18 @@ class ServerArgs:
             help="Choose the kernels for decode attention layers (have priority over --attention-backend).",
         )
         a("--sampling-backend", type=str, choices=["flashinfer", "pytorch"], default=None)
+        a(
+            "--grammar-backend",
+            type=str,
+            choices=GRAMMAR_BACKEND_CHOICES,
+            default=None,
+            help="Choose the backend for grammar-guided decoding.",
+        )
         a("--disable-radix-cache", action="store_true")
-        a("--cuda-graph-max-bs", type=int, default=None)
-        a("--cuda-graph-bs", type=int, nargs="+", default=None)
+        a("--cuda-graph-max-bs-decode", type=int, default=None)
+        a("--cuda-graph-bs-decode", type=int, nargs="+", default=None)
+        a("--cuda-graph-max-bs", type=int, default=None, help="Deprecated: use --cuda-graph-max-bs-decode.")
+        a("--cuda-graph-bs", type=int, nargs="+", default=None, help="Deprecated: use --cuda-graph-bs-decode.")
         a("--disable-cuda-graph", action="store_true")
         a("--disable-cuda-graph-padding", action="store_true")
         a("--enable-torch-compile", action="store_true")
@@ -343,6 +357,16 @@ def prepare_server_args(argv):
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     raw_args = parser.parse_args(argv)
+    for dest, (old, new, field) in DEPRECATED_FLAGS.items():
+        value = getattr(raw_args, dest)
+        if value is None:
+            continue
+        sys.stderr.write(
+            "\x1b[1;33m'%s' is deprecated and will be removed in a future release. Use '%s' instead.\x1b[0m\n"
+            % (old, new)
+        )
+        if getattr(raw_args, field) is None:
+            setattr(raw_args, field, value)
     return ServerArgs.from_cli_args(raw_args)
 
 

@@ -1,21 +1,61 @@
 """Simulated FlashInfer JIT: one "compiled" module per kernel configuration.
 
-The MLA attention template (``attention/mla.cuh``) accumulates the softmax row sum
-with ``mma::m16k16_rowsum_f16f16f32``, whose ``static_assert(sizeof(DType) == 2, ...)``
-rejects any KV dtype that is not 16 bit. Asking for such a module fails the way a real
-JIT build fails: ninja exits 1 and FlashInfer raises ``RuntimeError("Ninja build failed. ...")``
-from the ``CalledProcessError``.
+The FlashInfer version is a fact of the simulated installation (``harness sim init
+--flashinfer-version``, stored in ``gpus.json`` and in the venv's
+``flashinfer_python-<version>.dist-info``). What an MLA module with a non-16-bit KV
+dtype does depends on it, as measured on an H200:
+
+* FA2 template (``attention/mla.cuh``): the softmax row sum goes through
+  ``mma::m16k16_rowsum_f16f16f32``, whose ``static_assert(sizeof(DType) == 2, ...)``
+  rejects an 8-bit KV dtype -- up to 0.6.17 for e4m3 (FP8 MLA on fa2 came in 0.6.18,
+  ``plan()`` refuses it before the build from 0.6.14 on), and in every version for a KV
+  type the FP8 path does not cover (e5m2, FP4).
+* FA3 template (``attention/mla_hopper.cuh``, SM90): up to 0.6.13 an 8-bit KV dtype fails
+  with ``WGMMA_ASYNC_SS<DTypeKV, ...> has no member "op"``; from 0.6.14 it builds the
+  FP8 (e4m3) kernel.
+
+A failing build fails the way a real JIT build fails: ninja exits 1 and FlashInfer raises
+``RuntimeError("Ninja build failed. ...")`` from the ``CalledProcessError``.
 """
 
 import os
+import re
 import subprocess
 import sys
 
 from sglang._sim import startup_sleep
 from sglang._sim.gpus import load_facts
 
-FLASHINFER_VERSION = "0.7.2"
+DEFAULT_FLASHINFER_VERSION = "0.7.2"
+# First versions with the FP8 (e4m3) MLA kernel: fa3 (SM90) and fa2 (SM90 too).
+FP8_MLA_FA3_SINCE = (0, 6, 14)
+FP8_MLA_FA2_SINCE = (0, 6, 18)
 _MODULES = {}
+
+
+def version_tuple(version):
+    """'0.6.14' -> (0, 6, 14); '0.6.18rc7' / '0.7.2.post1' -> the leading numbers only."""
+    nums = []
+    for part in str(version).split("."):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        nums.append(int(m.group()))
+        if m.end() != len(part):
+            break
+    return tuple(nums)
+
+
+def flashinfer_version():
+    """The simulated installation's FlashInfer version (``gpus.json``, default 0.7.2)."""
+    return str(load_facts().get("flashinfer_version") or DEFAULT_FLASHINFER_VERSION)
+
+
+def has_fp8_mla(backend):
+    """Whether this FlashInfer has the FP8 (e4m3) MLA kernel for an fa2/fa3 plan."""
+    since = FP8_MLA_FA3_SINCE if backend == "fa3" else FP8_MLA_FA2_SINCE
+    return version_tuple(flashinfer_version()) >= since
+
 
 _SHORT = {
     "bfloat16": "bf16",
@@ -47,12 +87,9 @@ class JitModule(object):
 def _paths(name):
     arch = load_facts()["arch"][2:] + "a"
     site = os.path.join("/usr/local/lib", "python%d.%d" % sys.version_info[:2], "dist-packages", "flashinfer")
-    workdir = os.path.join(
-        os.path.expanduser("~"), ".cache", "flashinfer", FLASHINFER_VERSION, arch, "cached_ops", name
-    )
-    gen = os.path.join(
-        os.path.expanduser("~"), ".cache", "flashinfer", FLASHINFER_VERSION, arch, "generated", name
-    )
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "flashinfer", flashinfer_version(), arch)
+    workdir = os.path.join(cache, "cached_ops", name)
+    gen = os.path.join(cache, "generated", name)
     return arch, site, workdir, gen
 
 
@@ -87,11 +124,16 @@ def _nvcc_line(name, arch, site, gen, source):
     )
 
 
-def _mla_build_failure(name, q_dtype, kv_dtype):
-    arch, site, workdir, gen = _paths(name)
+def _types(q_dtype, kv_dtype):
     q_t = _CUDA_TYPE.get(q_dtype.name, q_dtype.name)
     kv_t = _CUDA_TYPE.get(kv_dtype.name, kv_dtype.name)
-    params = "flashinfer::MLAParams<%s, %s, %s, int32_t>" % (q_t, kv_t, q_t)
+    return q_t, kv_t, "flashinfer::MLAParams<%s, %s, %s, int32_t>" % (q_t, kv_t, q_t)
+
+
+def _fa2_static_assert(name, q_dtype, kv_dtype):
+    """The FA2 MLA template (mla.cuh) instantiated with an 8-bit KV dtype: mma.cuh's static_assert."""
+    arch, site, workdir, gen = _paths(name)
+    q_t, kv_t, params = _types(q_dtype, kv_dtype)
     traits = (
         "flashinfer::mla::KernelTraits<false, 2U, 2U, 8U, 2U, 512U, 64U, 32U, 64U, %s, %s, %s, int32_t>"
         % (q_t, kv_t, q_t)
@@ -128,6 +170,48 @@ def _mla_build_failure(name, q_dtype, kv_dtype):
         "ninja: build stopped: subcommand failed.",
         "",
     ]
+    return _ninja_failure(workdir, lines)
+
+
+def _fa3_wgmma_error(name, q_dtype, kv_dtype):
+    """The FA3 MLA template (mla_hopper.cuh) before FP8 support (<= 0.6.13): no WGMMA for an 8-bit KV."""
+    arch, site, workdir, gen = _paths(name)
+    q_t, kv_t, params = _types(q_dtype, kv_dtype)
+    hopper = "%s/data/include/flashinfer/attention/mla_hopper.cuh" % site
+    wgmma = "flashinfer::WGMMA_ASYNC_SS<%s, 64U, 64U, 32U, true>" % kv_t
+    traits = "flashinfer::mla::hopper::HopperKernelTraits<false, 64U, 64U, 512U, 64U, %s, %s, %s, int32_t>" % (
+        q_t,
+        kv_t,
+        q_t,
+    )
+    nvcc = _nvcc_line(name, arch, site, gen, "batch_mla_sm90_run")
+    nvcc_plan = _nvcc_line(name, arch, site, gen, "batch_mla_sm90_plan")
+    lines = [
+        "ninja: Entering directory `%s'" % workdir,
+        "[1/4] %s" % nvcc_plan,
+        "[2/4] %s" % nvcc,
+        "FAILED: batch_mla_sm90_run.cuda.o ",
+        nvcc,
+        '%s(312): error: class "%s" has no member "op"' % (hopper, wgmma),
+        "          detected during:",
+        '            instantiation of "void flashinfer::mla::hopper::compute_mla_qk<KTraits>('
+        'KTraits::SharedStorage &, int) [with KTraits=%s]" at line 598 of %s' % (traits, hopper),
+        '            instantiation of "void flashinfer::mla::hopper::BatchMLAPageAttentionHopperKernel<KTraits,'
+        'Params>(Params) [with KTraits=%s, Params=%s]" at line 873 of %s' % (traits, params, hopper),
+        '            instantiation of "cudaError_t flashinfer::mla::BatchMLAPageAttentionHopper<CAUSAL,'
+        "HEAD_DIM_CKV,HEAD_DIM_KPE,Params>(Params, uint32_t, uint32_t, cudaStream_t) [with "
+        "CAUSAL=flashinfer::MaskMode::kNone,"
+        ' HEAD_DIM_CKV=512U, HEAD_DIM_KPE=64U, Params=%s]" at line 114 of %s/batch_mla_sm90_run.cu'
+        % (params, gen),
+        "",
+        '1 error detected in the compilation of "%s/batch_mla_sm90_run.cu".' % gen,
+        "ninja: build stopped: subcommand failed.",
+        "",
+    ]
+    return _ninja_failure(workdir, lines)
+
+
+def _ninja_failure(workdir, lines):
     output = "\n".join(lines)
     command = ["ninja", "-v", "-C", workdir, "-f", os.path.join(workdir, "build.ninja")]
     return command, output, workdir
@@ -144,9 +228,12 @@ def _run_ninja(command, output, workdir):
         raise RuntimeError(msg) from e
 
 
-def get_batch_mla_module(backend, q_dtype, kv_dtype, o_dtype, idx_dtype, head_dim_ckv, head_dim_kpe):
-    name = (
-        "batch_mla_attention_dtype_q_%s_dtype_kv_%s_dtype_o_%s_dtype_idx_%s_head_dim_ckv_%d_head_dim_kpe_%d_profiler_False"
+def get_batch_mla_uri(
+    backend, q_dtype, kv_dtype, o_dtype, idx_dtype, head_dim_ckv, head_dim_kpe, use_profiler=False
+):
+    return (
+        "batch_mla_attention_dtype_q_%s_dtype_kv_%s_dtype_o_%s_dtype_idx_%s_head_dim_ckv_%d_head_dim_kpe_%d"
+        "_profiler_%s"
         % (
             _SHORT.get(q_dtype.name, q_dtype.name),
             _SHORT.get(kv_dtype.name, kv_dtype.name),
@@ -154,14 +241,26 @@ def get_batch_mla_module(backend, q_dtype, kv_dtype, o_dtype, idx_dtype, head_di
             _SHORT.get(idx_dtype.name, idx_dtype.name),
             head_dim_ckv,
             head_dim_kpe,
+            use_profiler,
         )
-    )
+    ) + ("_sm90" if backend == "fa3" else "")
+
+
+def get_batch_mla_module(backend, q_dtype, kv_dtype, o_dtype, idx_dtype, head_dim_ckv, head_dim_kpe):
+    """Build (once per process) and load the MLA module of `backend` ("fa2" or "fa3") for these dtypes."""
+    name = get_batch_mla_uri(backend, q_dtype, kv_dtype, o_dtype, idx_dtype, head_dim_ckv, head_dim_kpe)
     if name in _MODULES:
         return _MODULES[name]
     if kv_dtype.bits != 16 or q_dtype.bits != 16:
-        startup_sleep(0.15)  # nvcc runs for a while before it fails
-        command, output, workdir = _mla_build_failure(name, q_dtype, kv_dtype)
-        _run_ninja(command, output, workdir)
+        fp8_kernel = kv_dtype.name == "float8_e4m3fn" and q_dtype.bits == 16 and has_fp8_mla(backend)
+        if not fp8_kernel:
+            startup_sleep(0.15)  # nvcc runs for a while before it fails
+            if backend == "fa3" and not has_fp8_mla("fa3"):
+                failure = _fa3_wgmma_error(name, q_dtype, kv_dtype)
+            else:
+                failure = _fa2_static_assert(name, q_dtype, kv_dtype)
+            _run_ninja(*failure)
+        startup_sleep(0.1)  # the FP8 kernel is JIT-only: the first plan compiles it
     module = JitModule(name, q_dtype, kv_dtype)
     _MODULES[name] = module
     return module

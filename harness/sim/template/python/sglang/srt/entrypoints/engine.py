@@ -68,6 +68,8 @@ def _launch_subprocesses(server_args):
     configure_logger(server_args)
     logger.info(f"server_args={server_args}")
     milestone("server-args")
+    # The tokenizer side (TemplateManager) before the schedulers start; no chat template given.
+    logger.info("Using default HuggingFace chat template with detected content format: string")
     _set_envs_and_config(server_args)
 
     ctx = mp.get_context("spawn")

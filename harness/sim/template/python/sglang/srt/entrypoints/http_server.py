@@ -178,6 +178,8 @@ def health_generate(h):
         return h.send_text(503, "")
     if tm.server_status == "Starting":
         return h.send_text(503, "")
+    if h.path.split("?", 1)[0] == "/health" and not _health_endpoint_generation():
+        return h.send_text(200, "")
     tic = time.time()
     state = tm.generate(1, 1, False, internal=True, rid="HEALTH_CHECK_%s" % uuid.uuid4().hex)
     try:
@@ -195,6 +197,15 @@ def health_generate(h):
     )
     tm.server_status = "UnHealthy"
     return h.send_text(503, "")
+
+
+def _health_endpoint_generation():
+    """SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (default true): /health generates a token like /health_generate;
+    off, /health answers 200 without asking the scheduler."""
+    raw = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION")
+    if raw is None or raw.strip() == "":
+        return True
+    return raw.strip().lower() in ("1", "true", "yes", "y", "on")
 
 
 def ready(h):
@@ -576,10 +587,6 @@ def _wait_and_warmup(server_args):
             return
     else:
         _global_state.tokenizer_manager.server_status = "Up"
-    try:
-        _request("POST", "/freeze_gc", timeout=10)
-    except OSError:
-        logger.warning("post-warmup freeze_gc failed", exc_info=True)
     milestone("warmup")
     # The server is ready for requests
     logger.info("The server is fired up and ready to roll!")

@@ -95,6 +95,11 @@ class Scheduler:
                     self.model_runner.gpu_memory.available_gb(),
                 )
             )
+            logger.info(
+                "Tree cache initialized: source=default impl=%s hybrid_swa=False hybrid_ssm=False "
+                "hierarchical=False streaming_wrapped=False"
+                % ("ChunkCache" if server_args.disable_radix_cache else "RadixCache")
+            )
         milestone("scheduler-ready")
 
         self.waiting_queue = deque()
@@ -326,7 +331,16 @@ def run_scheduler_process(
         os._exit(0)
     if ignore_sigterm():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    prefix = " DP%d TP%d" % (dp_rank, tp_rank) if server_args.dp_size > 1 else " TP%d" % tp_rank
+    # As SGLang: a rank is named only along the dimensions that have more than one (" DP1 TP3"; nothing at TP1).
+    prefix = ""
+    if server_args.dp_size > 1:
+        prefix += " DP%d" % dp_rank
+    if server_args.pp_size > 1:
+        prefix += " PP0"
+    if server_args.tp_size > 1:
+        prefix += " TP%d" % tp_rank
+    if server_args.ep_size > 1:
+        prefix += " EP%d" % (tp_rank // max(server_args.tp_size // server_args.ep_size, 1))
     configure_logger(server_args, prefix=prefix)
 
     scheduler = None

@@ -22,27 +22,56 @@ CAPTURE_PER_GRAPH_FRACTION = 0.013
 
 def get_batch_sizes_to_capture(model_runner):
     server_args = model_runner.server_args
-    if server_args.cuda_graph_bs is not None:
-        capture_bs = sorted(set(server_args.cuda_graph_bs))
+    if server_args.cuda_graph_bs_decode is not None:
+        capture_bs = sorted(set(server_args.cuda_graph_bs_decode))
     else:
         capture_bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 1025, 16))
-    capture_bs = [bs for bs in capture_bs if bs <= server_args.cuda_graph_max_bs]
+    capture_bs = [bs for bs in capture_bs if bs <= server_args.cuda_graph_max_bs_decode]
     capture_bs = [bs for bs in capture_bs if bs <= model_runner.req_to_token_pool_size] or [1]
     return capture_bs
 
 
-def _progress(desc, done, total, elapsed):
-    width = 10
-    filled = int(width * done / total) if total else width
-    bar = "\u2588" * filled + " " * (width - filled)
-    rate = "%.2fit/s" % (done / elapsed) if elapsed > 0 and done else "?it/s"
-    stamp = time.strftime("%M:%S", time.gmtime(elapsed))
-    left = "00:00" if done == total else "?"
-    sys.stderr.write(
-        "%s: %3d%%|%s| %d/%d [%s<%s, %s]\n"
-        % (desc, 100 * done // max(total, 1), bar, done, total, stamp, left, rate)
-    )
-    sys.stderr.flush()
+class _Bar(object):
+    """tqdm as SGLang's capture loop uses it: one line on stderr, redrawn in place with '\\r' (the bar
+    first, then a redraw per set_description), ended by a newline when the loop is done."""
+
+    def __init__(self, total):
+        self.total = total
+        self.tic = time.perf_counter()
+        self.desc = ""
+        self.done = 0
+        self._draw(first=True)
+
+    def _draw(self, first=False):
+        width = 10
+        filled = int(width * self.done / self.total) if self.total else width
+        bar = "\u2588" * filled + " " * (width - filled)
+        elapsed = time.perf_counter() - self.tic
+        if self.done:
+            per = elapsed / self.done
+            rate = "%.2fs/it" % per if per >= 1 else "%.2fit/s" % (1 / per if per > 0 else 0.0)
+            left = time.strftime("%M:%S", time.gmtime(per * (self.total - self.done)))
+        else:
+            rate, left = "?it/s", "?"
+        text = "%3d%%|%s| %d/%d [%s<%s, %s]" % (
+            100 * self.done // max(self.total, 1), bar, self.done, self.total,
+            time.strftime("%M:%S", time.gmtime(elapsed)), left, rate,
+        )
+        sys.stderr.write(("" if first else "\r") + ("%s: %s" % (self.desc, text) if self.desc else text))
+        sys.stderr.flush()
+
+    def set_description(self, desc):
+        self.desc = desc
+        self._draw()
+
+    def update(self):
+        self.done += 1
+        if self.done == self.total:
+            self._draw()
+
+    def close(self):
+        sys.stderr.write("\n")
+        sys.stderr.flush()
 
 
 class CudaGraphRunner:
@@ -66,21 +95,23 @@ class CudaGraphRunner:
         memory = self.model_runner.gpu_memory
         total_bytes = memory.total_mib * 1024.0**2
         per_graph = total_bytes * CAPTURE_PER_GRAPH_FRACTION / max(len(self.capture_bs), 1)
-        show = self.model_runner.tp_rank == 0
-        tic = time.perf_counter()
         # Capture the largest batch first: later graphs reuse its memory pool.
         capture_range = list(reversed(self.capture_bs))
-        for i, bs in enumerate(capture_range):
-            if show and i == 0:
-                desc = "Capturing batches (bs=%d avail_mem=%.2f GB)" % (bs, memory.available_gb())
-                _progress(desc, 0, len(capture_range), 0.0)
-            if i == 0:
-                memory.allocate(total_bytes * CAPTURE_WORKSPACE_FRACTION)
-            memory.allocate(per_graph)
-            self.capture_one_batch_size(bs)
-        if show:
-            desc = "Capturing batches (bs=%d avail_mem=%.2f GB)" % (capture_range[-1], memory.available_gb())
-            _progress(desc, len(capture_range), len(capture_range), time.perf_counter() - tic)
+        bar = _Bar(len(capture_range)) if self.model_runner.tp_rank == 0 else None
+        try:
+            for i, bs in enumerate(capture_range):
+                if bar is not None:
+                    desc = "Capturing batches (bs=%d avail_mem=%.2f GB)" % (bs, memory.available_gb())
+                    bar.set_description(desc)
+                if i == 0:
+                    memory.allocate(total_bytes * CAPTURE_WORKSPACE_FRACTION)
+                memory.allocate(per_graph)
+                self.capture_one_batch_size(bs)
+                if bar is not None:
+                    bar.update()
+        finally:
+            if bar is not None:
+                bar.close()
 
     def capture_one_batch_size(self, bs):
         seq_lens = torch.tensor([self.seq_len_fill_value] * bs, dtype=torch.int32)

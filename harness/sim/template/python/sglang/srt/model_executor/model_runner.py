@@ -10,7 +10,7 @@ from sglang.srt.distributed.parallel_state import init_distributed_environment, 
 from sglang.srt.layers.attention.attention_registry import create_attention_backend
 from sglang.srt.layers.radix_attention import RadixAttention
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
-from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner, get_batch_sizes_to_capture
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
 logger = logging.getLogger(__name__)
@@ -98,20 +98,31 @@ class ModelRunner:
         tic = time.perf_counter()
         before = self.gpu_memory.available_gb()
         logger.info("Load weight begin. avail mem=%.2f GB" % before)
-        if self.tp_rank == 0:
-            logger.info("Using model weights format ['*.safetensors']")
         total = self.gpu_memory.total_mib * 1024.0**2
         weight_bytes = min(self.model_config.weight_bytes / self.tp_size, MAX_WEIGHT_FRACTION * total)
-        shards = max(2, min(8, int(math.ceil(self.model_config.weight_bytes / 40e9))))
-        for i in range(shards + 1):
+        if self.server_args.load_format == "dummy":
+            # Random weights, no checkpoint to read: no shard progress, and quick.
+            self.gpu_memory.allocate(weight_bytes)
+            startup_sleep(0.05)
+        else:
             if self.tp_rank == 0:
-                self._shard_progress(i, shards, time.perf_counter() - tic)
-            if i < shards:
-                self.gpu_memory.allocate(weight_bytes / shards)
-                startup_sleep(0.3 / shards)
-        if self.tp_rank == 0:
-            self._shard_progress(shards, shards, time.perf_counter() - tic)
-            sys.stderr.write("\n")
+                logger.info("Using model weights format ['*.safetensors']")
+            shards = max(2, min(8, int(math.ceil(self.model_config.weight_bytes / 40e9))))
+            for i in range(shards + 1):
+                if self.tp_rank == 0:
+                    self._shard_progress(i, shards, time.perf_counter() - tic)
+                if i < shards:
+                    self.gpu_memory.allocate(weight_bytes / shards)
+                    startup_sleep(0.3 / shards)
+            if self.tp_rank == 0:
+                self._shard_progress(shards, shards, time.perf_counter() - tic)
+                sys.stderr.write("\n")
+        if self.kv_cache_dtype.bits == 8 and self.server_args.kv_cache_dtype.startswith("fp8"):
+            # No checkpoint carries KV scales here (SGLang 0.5.16 logs this while it loads the weights).
+            logger.warning(
+                "Using FP8 KV cache but no scaling factors provided. Defaulting to scaling factors of 1.0. "
+                "This may lead to less accurate results!"
+            )
         after = self.gpu_memory.available_gb()
         quant = "quant=%s, " % self.model_config.quantization if self.model_config.quantization else ""
         logger.info(
@@ -228,15 +239,14 @@ class ModelRunner:
         tic = time.perf_counter()
         before = self.gpu_memory.available_gb()
         logger.info(
-            "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=%.2f GB"
-            % before
+            "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=%s, avail mem=%.2f GB"
+            % (get_batch_sizes_to_capture(self), before)
         )
         self.cuda_graph_runner = CudaGraphRunner(self)
         after = self.gpu_memory.available_gb()
         logger.info(
-            "Capture target decode CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
-            "avail mem=%.2f GB."
-            % (self.cuda_graph_runner.capture_bs, time.perf_counter() - tic, before - after, after)
+            "Capture target decode CUDA graph end. elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB."
+            % (time.perf_counter() - tic, before - after, after)
         )
         milestone("cuda-graph")
 
