@@ -6,6 +6,7 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from harness.profile import summarize_trace
 
@@ -86,3 +87,28 @@ def test_cli_json(tmp_path):
     bad.write_text("{not json")
     p = subprocess.run([sys.executable, "-m", "harness", "profile-summary", str(bad)], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+REAL_TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "real-traces"
+CAST_KERNEL = "direct_copy_kernel_cuda"  # the FP8 → BF16 `.to()` of the KV pool, as torch names its kernel
+
+
+def test_a_real_stock_flashinfer_trace_puts_the_whole_pool_cast_on_top():
+    """From a live SGLang 0.5.16 server on an H200 (stock FlashInfer MLA, FP8 KV, 19 M-token pool, 5 decode
+    steps at batch 1 under CUDA graphs; tests/fixtures/real-traces/SOURCES.md). Kernels replayed from a CUDA
+    graph have no CPU op to hang under, so the cast shows up under its kernel's own name."""
+    s = summarize_trace(REAL_TRACES / "stock-flashinfer-mla-fp8kv-0.3.trace.json.gz")
+    assert s.steps == 5
+    assert CAST_KERNEL in s.top[0].name and s.top[0].share > 0.7
+    assert s.top[1].name == "aten::copy_"  # the eager part (prefill) casts the pool too
+    assert s.per_step_us is not None and s.per_step_us > 100_000  # > 0.1 s of GPU time per decode step
+
+
+def test_a_real_gather_cast_trace_has_no_pool_cast_and_a_step_three_hundred_times_shorter():
+    stock = summarize_trace(REAL_TRACES / "stock-flashinfer-mla-fp8kv-0.3.trace.json.gz")
+    s = summarize_trace(REAL_TRACES / "gather-cast-0.3.trace.json.gz")
+    assert s.steps == 5
+    assert not any(CAST_KERNEL in o.name or o.name == "aten::copy_" for o in s.top[:3])
+    assert any("BatchMLAPageAttention" in o.name for o in s.top[:5])
+    assert s.per_step_us is not None and stock.per_step_us is not None
+    assert stock.per_step_us / s.per_step_us > 300
