@@ -51,6 +51,20 @@ def test_a_set_reads_each_variant_from_its_own_folder(patches):
     assert ps.variant_for("sglang==0.5.20") is None
 
 
+def test_a_variant_sets_hash_names_each_variants_targets_then_its_content(patches):
+    """The hash is what a sweep's resume key holds: its format is pinned, so a change to it is deliberate."""
+    import hashlib
+    (patches / "gc" / "patchset.yaml").write_text("applies_to: [sglang==0.5.23, sglang==0.5.24]\n"
+                                                  "variants: {sglang==0.5.16: old-sglang}\n")
+    h = hashlib.sha256()
+    for target, patch, old_new, helper in (("sglang==0.5.23,sglang==0.5.24", "0001-new.patch", "new", b"NEW = 1\n"),
+                                            ("sglang==0.5.16", "0001-old.patch", "old", b"OLD = 1\n")):
+        h.update(b"variant\0" + target.encode() + b"\0")
+        h.update(b"patch\0" + patch.encode() + b"\0" + diff("x.py", "a", old_new).encode() + b"\0")
+        h.update(b"file\0pkg/helper.py\0" + oct(0o644).encode() + b"\0" + helper + b"\0")
+    assert load_patch_set(patches, "gc").sha256 == h.hexdigest()
+
+
 def test_the_hash_covers_every_variant_and_a_plain_set_hashes_as_before(patches):
     before = load_patch_set(patches, "gc").sha256
     (patches / "gc" / "old-sglang" / "files" / "pkg" / "helper.py").write_text("OLD = 2\n")
