@@ -88,7 +88,7 @@ PLANTS = [
           (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
            f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
     Plant("cleanup ignores an unverified revert", "harness/agent/attempt.py",
-          'elif self.result["status"] == Status.OK.value:', "elif False:",
+          'if not revert["verified"] and self.result["status"] == Status.OK.value:', "if False:",
           (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
            f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
     Plant("directories created by a patch set never removed", "harness/agent/tree.py",
