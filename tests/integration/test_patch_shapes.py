@@ -64,7 +64,7 @@ def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, sh
     if shape in ("pure-rename", "mode-only"):
         assert b"+++ " not in text  # these shapes really have no '+++' header
     ps = load_patch_set(tmp_path / "patches", shape)
-    assert ps.patches[0].text.encode() == text, "the patch must travel byte for byte (CRLF included)"
+    assert ps.variants[0].patches[0].text.encode() == text, "the patch must travel byte for byte (CRLF included)"
     before = tree_snapshot(repo)
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump({"name": "shape", "model": {"path": "/m"}, "patches": [shape]}))

@@ -24,7 +24,7 @@ import yaml
 
 from harness.config import Experiment, ModelSettings, ServerSettings
 from harness.errors import ConfigError
-from harness.patchsets import NewFile, PatchFile, PatchSet, load_patch_set
+from harness.patchsets import NewFile, PatchFile, PatchSet, Variant, load_patch_set
 from harness.resolve import Resolved, resolve
 from harness.runner import check_patches
 from tests.conftest import PATCHES, tree_snapshot
@@ -67,9 +67,10 @@ def check(set_name: str, host, patches: Path = PATCHES) -> dict:
 
 
 def python_files_touched(set_name: str, patches: Path = PATCHES) -> set[str]:
-    ps = load_patch_set(patches, set_name)
-    paths = {f.path for f in ps.files}
-    for p in ps.patches:
+    v = load_patch_set(patches, set_name).variant_for(APPLIES_TO)  # the variant for the release under test
+    assert v is not None
+    paths = {f.path for f in v.files}
+    for p in v.patches:
         paths |= {m.group(1) for m in re.finditer(r"^\+\+\+ b/(\S+)", p.text, re.MULTILINE)}
     return {p for p in paths if p.endswith(".py")}
 
@@ -90,7 +91,7 @@ def test_upstream_patch_sets_are_found():
 @pytest.mark.parametrize("set_name", UPSTREAM_SETS)
 def test_patch_set_applies_compiles_and_reverts(set_name, sglang_template, sglang_repo, upstream_host):
     meta = yaml.safe_load((PATCHES / set_name / "patchset.yaml").read_text(encoding="utf-8"))
-    assert isinstance(meta, dict) and set(meta) <= {"description", "applies_to", "order"}, meta
+    assert isinstance(meta, dict) and set(meta) <= {"description", "applies_to", "variants", "order"}, meta
     expected_py = python_files_touched(set_name)
     if set_name == GATHER_CAST:
         assert expected_py == {MLA_BACKEND, GATHER_MODULE}
@@ -143,7 +144,8 @@ def _unchecked_patch_set(folder: Path) -> PatchSet:
     files = tuple(NewFile(str(PurePosixPath(*f.relative_to(files_root).parts)), f.read_bytes(), 0o644)
                   for f in sorted(files_root.rglob("*")) if f.is_file()) if files_root.is_dir() else ()
     patches = tuple(PatchFile(p.name, p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.patch")))
-    return PatchSet(name=folder.name, folder=folder, description="", patches=patches, files=files)
+    return PatchSet(name=folder.name, folder=folder, description="",
+                    variants=(Variant(applies_to=(), patches=patches, files=files, folder=folder),))
 
 
 def _refusals(set_name: str, host, patches: Path) -> list[str]:
