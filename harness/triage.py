@@ -297,9 +297,10 @@ _REQUEST_ECHO = re.compile(r"GenerateReqInput\(|ChatCompletionRequest\(|Completi
 # (tests/unit/test_triage.py checks that for the examples). Milestones and frame clues are only
 # looked for while they can still change the phase, so a long serving stretch costs few scans.
 # Every extra anchor costs one more pass over the text, so one anchor serves several messages where it can
-# ("SIG": SIGQUIT/SIGTERM/SIGINT received; "exit code": a subprocess "crashed with exit code").
-ERROR_ANCHORS = ("rror", "xcept", "Killed", "exit code", "in use", "EADDRINUSE", "NCCL WARN", "igquit", "SIG",
-                 "is dead", "atchdog", "terminate", "upport", "emory", "illegal", "ssert", "not found")
+# ("ille": Killed and illegal; "SIG": SIGQUIT/SIGTERM/SIGINT received; "exit code": a subprocess "crashed with
+# exit code").
+ERROR_ANCHORS = ("rror", "xcept", "ille", "exit code", "in use", "EADDRINUSE", "NCCL WARN", "igquit", "SIG",
+                 "is dead", "atchdog", "terminate", "upport", "emory", "ssert", "not found")
 # Lines that only matter beside an error: a traceback's header and frames (they say where the exception that
 # ends them was raised, and whether anything caught it), and a JIT build's own lines that name no error word
 # ("nvcc fatal : …", "ninja: build stopped", "compilation terminated"). Looked for only in a chunk where an

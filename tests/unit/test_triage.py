@@ -880,3 +880,22 @@ def test_the_categories_triage_knows_are_the_ones_the_readme_lists():
     listed = section[section.index("`category` ("):section.index("`key_line`")]
     for category in CATEGORIES:
         assert f"`{category}`" in listed
+
+
+@pytest.mark.parametrize("line, fatal", [
+    ("2025-07-02 16:41:31 | ERROR | sglang.srt.entrypoints.engine | Received sigquit from a child proces. It usually "
+     "means the child failed.", True),
+    ("Message: 'Received sigquit from a child process. It usually means the child failed.'", True),
+    ("[2025-07-02 16:41:31] Receive: obj=GenerateReqInput(text='why do I see Received sigquit from a child process?')",
+     False),
+], ids=["logger-prefix", "logging-failure-echo", "request-quoting-it"])
+def test_the_agent_watching_a_live_server_sees_the_same_child_failure_notice(tmp_path, line, fatal):
+    # The agent gets FATAL_PATTERNS and LINE_PREFIX_PATTERN in its spec and applies them to each new line.
+    from harness.agent import server
+    from harness.triage import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
+
+    log = tmp_path / "server.log"
+    log.write_text(line + "\n")
+    f = server.LogFollower(str(log), list(FATAL_PATTERNS), READY_PATTERN, LINE_PREFIX_PATTERN)
+    f.poll()
+    assert (f.first_fatal is not None) == fatal
