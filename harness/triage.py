@@ -298,9 +298,9 @@ _REQUEST_ECHO = re.compile(r"GenerateReqInput\(|ChatCompletionRequest\(|Completi
 # looked for while they can still change the phase, so a long serving stretch costs few scans.
 # Every extra anchor costs one more pass over the text, so one anchor serves several messages where it can
 # ("ille": Killed and illegal; "SIG": SIGQUIT/SIGTERM/SIGINT received; "exit code": a subprocess "crashed with
-# exit code").
-ERROR_ANCHORS = ("rror", "xcept", "ille", "exit code", "in use", "EADDRINUSE", "NCCL WARN", "igquit", "SIG",
-                 "is dead", "atchdog", "terminate", "upport", "emory", "ssert", "not found")
+# exit code"), and a longer one is used where it is as good (a pass for a longer string is faster).
+ERROR_ANCHORS = ("rror", "xception", "ille", "exit code", "already in use", "EADDRINUSE", "NCCL WARN", "igquit", "SIG",
+                 "scheduler is dead", "atchdog", "terminate", "supported", "emory", "ssert", "not found")
 # Lines that only matter beside an error: a traceback's header and frames (they say where the exception that
 # ends them was raised, and whether anything caught it), and a JIT build's own lines that name no error word
 # ("nvcc fatal : …", "ninja: build stopped", "compilation terminated"). Looked for only in a chunk where an
@@ -308,12 +308,12 @@ ERROR_ANCHORS = ("rror", "xcept", "ille", "exit code", "in use", "EADDRINUSE", "
 CONTEXT_ANCHORS = ("most recent call", 'File "', "nvcc fatal", "build stopped", "ompil")
 CONTEXT_TAIL = 1 << 18
 # (One anchor serves several milestones where it can: "Load" for "Load weight" and "Loading safetensors",
-# "Captur" for "Capture cuda graph" and "Capturing batches".)
+# "Captur" for "Capture cuda graph" and "Capturing batches"; "Memory pool end" holds the error anchor "emory".)
 MILESTONE_ANCHORS: tuple[tuple[str, ...], ...] = (
     ("ServerArgs",),
     ("Init torch distributed",),
     ("Load",),
-    ("Load", "KV Cache", "Memory pool"),
+    ("Load", "KV Cache"),
     ("CUDA graph", "Captur"),
     ("CUDA graph", "Captur", "max_total_num_tokens", "Uvicorn running", "Application startup"),
     (READY_LINE,),

@@ -899,3 +899,26 @@ def test_the_agent_watching_a_live_server_sees_the_same_child_failure_notice(tmp
     f = server.LogFollower(str(log), list(FATAL_PATTERNS), READY_PATTERN, LINE_PREFIX_PATTERN)
     f.poll()
     assert (f.first_fatal is not None) == fatal
+
+
+@pytest.mark.parametrize("line, phase", [
+    ("server_args=ServerArgs(model_path='m')", "args"),
+    ("Init torch distributed begin.", "distributed-init"),
+    ("Load weight begin. avail mem=78.81 GB", "load-weights"),
+    ("Loading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]", "load-weights"),
+    ("Load weight end. type=DeepseekV2ForCausalLM, avail mem=63.72 GB", "kv-cache"),
+    ("KV Cache is allocated. #tokens: 19244051, KV size: 41.29 GB", "kv-cache"),
+    ("Memory pool end. avail mem=96.79 GB", "kv-cache"),
+    ("Capture cuda graph begin. This can take up to several minutes.", "cuda-graph-capture"),
+    ("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8]",
+     "cuda-graph-capture"),
+    ("Capturing batches (bs=8 avail_mem=95.76 GB):   0%|          | 0/4 [00:00<?, ?it/s]", "cuda-graph-capture"),
+    ("Capture cuda graph end. Time elapsed: 6.57 s", "warmup"),
+    ("max_total_num_tokens=19244051, chunked_prefill_size=8192, max_prefill_tokens=16384", "warmup"),
+    ("INFO:     Uvicorn running on http://127.0.0.1:40857 (Press CTRL+C to quit)", "warmup"),
+    ("INFO:     Application startup complete.", "warmup"),
+    ("The server is fired up and ready to roll!", "serving"),
+], ids=lambda x: x if x in PHASES else None)
+def test_each_milestone_line_moves_the_phase_through_the_keyword_prefilter(line, phase):
+    # Read as a chunk (the prefilter only parses lines holding an anchor), with an SGLang prefix.
+    assert triage_text(f"[2026-11-30 07:38:42] {line}\n").phase == phase
