@@ -17,7 +17,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Dict, Optional
 
 from ..protocol import FileEntry, PatchEntry
@@ -92,6 +92,11 @@ def _describe(path: str) -> str:
     if not stat.S_ISREG(st.st_mode):
         return "other:%o" % stat.S_IFMT(st.st_mode)  # a submodule's folder, a fifo
     return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))
+
+
+def deepest_first(dirs: Iterable[str]) -> list[str]:
+    """Folders in the order they can be removed: each after every folder inside it."""
+    return sorted(dirs, key=lambda d: (-d.count("/"), d))
 
 
 def _parents(rel: str) -> list[str]:
@@ -266,7 +271,7 @@ class Tree:
                 created_dirs.add(d)
                 d = os.path.dirname(d)
         return {"patch_paths": patch_paths, "files": files, "restore": sorted(touched & tracked), "delete": delete,
-                "created_dirs": sorted(created_dirs, key=lambda d: -d.count("/"))}
+                "created_dirs": deepest_first(created_dirs)}
 
     def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
         """Patches apply as a series and the whole series did not (git said `err`): the first patch whose
@@ -327,7 +332,7 @@ class Tree:
             # Folders the missed new files brought: those no file lived in before the attempt.
             had_files = {d for p in self.manifest_before for d in _parents(p)}
             created = {d for p in set(extra) - tracked for d in _parents(p) if d not in had_files}
-            journal["created_dirs"] = sorted(set(journal["created_dirs"]) | created, key=lambda d: -d.count("/"))
+            journal["created_dirs"] = deepest_first(set(journal["created_dirs"]) | created)
         journal["state"] = "applied"
         self.save(journal)
 
