@@ -1,6 +1,6 @@
 """The simulated FlashInfer's version: how it is set and seen, and what FP8 MLA does in each version.
 
-The facts are ../shared/reference/real-sglang-on-h200.md ("FlashInfer and FlashMLA facts", measured on an
+The facts are the team's FlashInfer and FlashMLA measurements (in harness/sim/README.md; measured on an
 H200) and FlashInfer's own checks in plan()/run() from 0.6.14 on; harness/sim/README.md has the table.
 """
 
