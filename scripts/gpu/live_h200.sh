@@ -4,7 +4,7 @@
 #
 #   scripts/gpu/live_h200.sh install .whp/part1of2 [.whp/extra]   # each part in its own call if need be
 #   scripts/gpu/live_h200.sh setup                               # model, target repos, hosts.yaml, smoke
-#   scripts/gpu/live_h200.sh sweep [SECONDS]                     # the all-backends sweep (resumable)
+#   scripts/gpu/live_h200.sh sweep [SECONDS] [SWEEP_FILE]        # the all-backends sweep (resumable)
 #   scripts/gpu/live_h200.sh tests [PYTEST ARGS]                 # tests/gpu/test_real_sglang.py
 #
 # Results (the results dir as a tarball, logs) go to $OUT when it is set.
@@ -39,17 +39,18 @@ case "${1:-}" in
       "import sglang, flashinfer, sgl_kernel; from sglang.srt.server_args import ServerArgs; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
     python3 -m harness validate experiments/real-h200/*.yaml --against "$ROOT/sglang-gpu0" ;;
   sweep)
+    sweep_file=${3:-experiments/real-h200/all-backends.yaml}
     hosts=$(python3 -c "import json; print(','.join(json.load(open('$ROOT/target.json'))['sweep_hosts']))")
     resume=()
     last=$(python3 -c "from pathlib import Path; from harness.results import ResultsStore as S
-print((S(Path('$ROOT/results')).runs_of_sweep(Path('experiments/real-h200/all-backends.yaml')) or [''])[-1])")
+print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])")
     [ -n "$last" ] && resume=(--resume "$last")
     set +e
-    timeout "${2:-540}" python3 -m harness sweep experiments/real-h200/all-backends.yaml --hosts "$hosts" \
+    timeout "${2:-540}" python3 -m harness sweep "$sweep_file" --hosts "$hosts" \
       --hosts-file "$ROOT/hosts.yaml" --results-dir "$ROOT/results" "${resume[@]}" 2>&1 | tee "$OUT/sweep.log"
     rc=${PIPESTATUS[0]}
     set -e
-    python3 benchmarks/real_h200.py "$ROOT/results" --out "$OUT/real-h200" || true
+    [ "$sweep_file" = experiments/real-h200/all-backends.yaml ] && { python3 benchmarks/real_h200.py "$ROOT/results" --out "$OUT/real-h200" || true; }
     save_results
     exit "$rc" ;;
   tests)
