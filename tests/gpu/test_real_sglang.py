@@ -135,14 +135,17 @@ def test_sweep_of_every_backend_serves_on_the_live_server_and_patched_outputs_ma
 
 
 def test_fp8_e5m2_kv_into_flashinfers_mla_plan_reproduces_a_startup_crash(real, tmp_path):
-    """FlashInfer's FP8 MLA path covers e4m3 only: with an e5m2 cache the seed's failure (a kernel that
-    cannot be built for that KV type) is reproduced, reported as a crash, and cleaned up."""
-    f = variant_experiment(real, tmp_path, "flashinfer-mla-fp8.yaml", "real-fp8-e5m2-crash",
-                           server__kv_cache_dtype="fp8_e5m2", expect="crash", profile=None)
+    """The seed's mistake on a live server: FlashInfer's MLA plan handed an FP8 cache of a type its MLA
+    path was not built for (e5m2; its FP8 MLA covers e4m3 only). The shipped `flashinfer_mla_fp8` keeps
+    the stock cast for e5m2 (seen live: it serves at the cast's ITL), so a test-only patch set widens its
+    guard. The server must die at startup, be reported as a crash with its key line, and be cleaned up."""
+    f = variant_experiment(real, tmp_path, "flashinfer-mla.yaml", "real-fp8-e5m2-crash",
+                           server__kv_cache_dtype="fp8_e5m2", patches=["real_fp8_e5m2_into_mla_plan"],
+                           expect="crash", profile=None)
     store = ResultsStore(Path(real["results_dir"]))
     before = set(store.run_ids())
     harness("run", str(f), "--host", real["run_host"], "--hosts-file", real["hosts_file"],
-            "--results-dir", real["results_dir"], timeout=900)
+            "--results-dir", real["results_dir"], "--patches-dir", str(TEST_PATCHES), timeout=900)
     [rec] = store.final_records(only_run(store, before))
     print(json.dumps({"status": rec.status, "verdict": rec.verdict.model_dump() if rec.verdict else None,
                       "detect_latency_s": rec.detect_latency_s}, indent=1))
