@@ -15,7 +15,7 @@ from .metrics import summarize
 from .protocol import Spec, Status
 from .resolve import Resolved
 from .results import Provenance, Record, ServerInfo, SweepAttempt, redact_env
-from .triage import clean_line, iter_file_lines, triage_file
+from .triage import clean_line, hang_hint, iter_file_lines, triage_file
 
 
 @dataclass
@@ -67,8 +67,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         last = _last_line(log) if log.exists() else None
         phase = triage_file(log).phase if log.exists() else None
         verdict = {"category": "hung", "key_line": last, "phase": phase,
-                   "hint": "the server stopped making progress; a hang at distributed init usually means NCCL "
-                           "(try NCCL_DEBUG=INFO, NCCL_P2P_DISABLE=1)"}
+                   "hint": hang_hint(phase, (directory / "stack-dump.txt").exists())}
     profile = _profile_summary(directory, final)
     timings = dict(final.get("timings") or {})
     timings["total_s"] = round(elapsed, 4)

@@ -350,6 +350,27 @@ def _hint(category: str, phase: str, key_line: str | None = None) -> str | None:
     return HINTS.get(category)
 
 
+def hang_hint(phase: str | None, stack_dump: bool = True) -> str:
+    """Advice for a server that stopped making progress, by where its log says it was (seen live: a server
+    stuck before CUDA graph capture was sent to NCCL). The stack dump shows where each process waits."""
+    where = {
+        "args": "before it parsed its arguments: the launcher itself is blocked (a Python import or a file lock)",
+        "distributed-init": "at distributed init: usually NCCL or the rendezvous port (try NCCL_DEBUG=INFO, "
+                            "NCCL_P2P_DISABLE=1; check that no other job holds the GPUs)",
+        "load-weights": "while loading the weights: slow or unreachable storage, or a rank that died and left "
+                        "the others waiting",
+        "kv-cache": "after sizing the KV cache, before CUDA graph capture: a kernel JIT build waiting on a "
+                    "lock, or the patch under test",
+        "cuda-graph-capture": "while capturing CUDA graphs: a kernel that never returns (the attention backend "
+                              "or the patch under test), or a collective one rank never reached",
+        "warmup": "in the warmup request: the first forward pass never finished",
+        "serving": "while serving: a request that never finishes, or a deadlock between ranks",
+    }.get(phase or "", "before its log said where it was")
+    see = ("stack-dump.txt shows where each process waits" if stack_dump
+           else "no stack dump was taken (install py-spy on the host to get one)")
+    return f"the server stopped making progress {where}; {see}"
+
+
 # Advice that depends on the key line's words rather than only on its category.
 KEY_LINE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), hint) for p, hint in (
     (r"fatal error: |cannot open source file",
@@ -357,6 +378,11 @@ KEY_LINE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), 
      "headers the kernel library ships (FlashInfer's cutlass) are missing or older than the kernels need — point "
      "CUDA_HOME at a full toolkit of the version torch was built for, reinstall the library, or add the include "
      "path (FLASHINFER_EXTRA_CUDAFLAGS=-I…)"),
+    # Seen live: FlashInfer's MLA plan given an e5m2 cache ("MLA kv_data_type torch.float8_e5m2 is not
+    # supported. Supported dtypes: [...]"), raised during CUDA graph capture, not at argument parsing.
+    (r"(?i)\bkv_(?:cache_)?(?:data_)?d?type\b.*\b(?:not supported|unsupported)",
+     "the attention backend's kernels cannot read this KV cache dtype (the key line lists the ones they can): set "
+     "the experiment's server.kv_cache_dtype (--kv-cache-dtype) to one of them, or pick a backend that reads it"),
     (SIGQUIT_NOTICE + "|" + SIGQUIT_RECEIVED[len("(?i)"):],
      "a child process (a scheduler) failed and the launcher shut everything down, but the child's own error is "
      "not in this log: look for its traceback in the scheduler's output, or rerun with one GPU (--tp 1) to see it"),

@@ -16,6 +16,7 @@ from here too (tests/upstream/sglang_source.py), for SGLang's PyPI wheel.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import zipfile
@@ -32,10 +33,18 @@ def wheel_version(wheel: Path) -> str:
     return parts[1] if len(parts) >= 5 else "unknown"
 
 
-def _git(repo: Path, *args: str) -> None:
-    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                       env=None if env is None else {**os.environ, **env})
     if p.returncode != 0:
         raise LayOutError(f"git {' '.join(args)} failed in {repo}:\n{p.stderr.strip()[-1500:]}")
+
+
+def wheel_date(wheel: Path) -> str:
+    """The newest timestamp inside the wheel (ISO 8601, UTC as written): the same for every copy of it."""
+    with zipfile.ZipFile(wheel) as z:
+        newest = max((info.date_time for info in z.infolist()), default=(1980, 1, 1, 0, 0, 0))
+    return "%04d-%02d-%02dT%02d:%02d:%02d+0000" % newest
 
 
 def lay_out(wheel: Path, repo: Path, version: str | None = None, package: str = "sglang") -> Path:
@@ -61,8 +70,12 @@ def lay_out(wheel: Path, repo: Path, version: str | None = None, package: str = 
     # repo's own config, nothing global is read or written.
     _git(repo, "config", "gc.auto", "0")
     _git(repo, "add", "-A")
+    # One wheel, one commit id: the repos laid out for each GPU of a box share their base commit, so the
+    # comparison table does not call their results "not comparable" (seen on the first two-GPU sweep).
+    stamp = wheel_date(wheel)
     _git(repo, "-c", "user.name=harness", "-c", "user.email=harness@localhost",
-         "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", f"SGLang {version} (wheel)")
+         "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", f"SGLang {version} (wheel)",
+         env={"GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp})
     return repo
 
 

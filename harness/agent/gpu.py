@@ -25,12 +25,30 @@ def _smi(env: Mapping[str, str], query: str) -> Optional[list[list[str]]]:
 
 
 def query_gpus(env: Mapping[str, str]) -> Optional[list[dict[str, str]]]:
-    """One entry per GPU (index, name, compute_cap, memory); None without nvidia-smi."""
-    rows = _smi(env, "--query-gpu=index,name,compute_cap,memory.total,memory.used")
+    """One entry per GPU the server would see (index, uuid, name, compute_cap, memory); None without
+    nvidia-smi."""
+    rows = _smi(env, "--query-gpu=index,uuid,name,compute_cap,memory.total,memory.used")
     if rows is None:
         return None
-    return [{"index": r[0], "name": r[1], "compute_cap": r[2], "memory_total_mib": r[3], "memory_used_mib": r[4]}
-            for r in rows if len(r) >= 5]
+    gpus = [{"index": r[0], "uuid": r[1], "name": r[2], "compute_cap": r[3], "memory_total_mib": r[4],
+             "memory_used_mib": r[5]} for r in rows if len(r) >= 6]
+    return visible_gpus(gpus, env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible_gpus(gpus: list[dict[str, str]], cuda_visible_devices: Optional[str]) -> list[dict[str, str]]:
+    """The GPUs CUDA_VISIBLE_DEVICES leaves to a process, in its order. nvidia-smi ignores the variable, so a
+    host entry pinned to one GPU of eight would otherwise report (and record) all eight. Entries are indices
+    or UUID prefixes ("GPU-8f3c..."); as in CUDA, the list ends at the first entry that names no GPU."""
+    if cuda_visible_devices is None:
+        return gpus
+    seen: list[dict[str, str]] = []
+    for token in (t.strip() for t in cuda_visible_devices.split(",")):
+        match = [g for g in gpus if token and (g["index"] == token or
+                                               (token.startswith("GPU-") and g.get("uuid", "").startswith(token)))]
+        if len(match) != 1 or match[0] in seen:
+            break
+        seen.append(match[0])
+    return seen
 
 
 def gpu_apps(env: Mapping[str, str]) -> Optional[dict[int, int]]:

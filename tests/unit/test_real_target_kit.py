@@ -384,3 +384,20 @@ def test_the_parts_install_offline_one_call_after_another(tmp_path):
     assert p.returncode != 0
     assert "FAILED" in p.stdout + p.stderr
     assert not (tmp_path / "site2").exists()
+
+
+def test_one_wheel_laid_out_twice_gives_one_base_commit(tmp_path):
+    """One target repo per GPU: their results are comparable only if they share the base commit (the first
+    two-GPU sweep called them "not comparable": each `git commit` had stamped its own time)."""
+    wheel = make_wheel(tmp_path, "sglang", "0.5.16", {"sglang/__init__.py": b"__version__ = '0.5.16'\n",
+                                                      "sglang/srt/x.py": b"X = 1\n"})
+    target = kit.load("make_target_repo")
+    heads = []
+    for name in ("gpu0", "gpu1"):
+        repo = target.lay_out(wheel, tmp_path / name)
+        heads.append(subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    check=True).stdout.strip())
+    assert heads[0] == heads[1] and len(heads[0]) == 40
+    date = subprocess.run(["git", "-C", str(tmp_path / "gpu0"), "log", "-1", "--format=%aI %cI"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert date == ["2024-01-01T00:00:00+00:00"] * 2  # the wheel's own timestamp, not the clock's

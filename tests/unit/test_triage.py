@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.triage import CATEGORIES, KEY_LINE_MAX, PHASES, Triage, Verdict, _sig, clean_line, triage_file, triage_text
+from harness.triage import (CATEGORIES, KEY_LINE_MAX, PHASES, Triage, Verdict, _sig, clean_line, hang_hint, triage_file,
+                            triage_text)
 
 # Real SGLang logs from public bug reports (real-logs/) and from the project's own SGLang 0.5.16 runs on an H200
 # (real-logs-live/), kept in the repo (each folder's SOURCES.md says where each comes from), so a plain clone runs
@@ -164,6 +165,31 @@ def test_the_seed_static_assert_is_the_key_line():
     v = triage_text(text, 137)
     assert v.category == "jit-compile-error" and v.phase == "cuda-graph-capture"
     assert "static assertion failed" in v.key_line and "mma.cuh(523)" in v.key_line
+
+
+def test_a_kv_dtype_the_attention_kernels_lack_says_to_change_the_kv_dtype_not_a_startup_flag():
+    """Seen live (e5m2 KV into FlashInfer 0.6.14's MLA plan): a ValueError raised in CUDA graph capture. The
+    generic config-error advice ("rejected its arguments ... before starting") was wrong on both counts."""
+    v = triage_file(REAL_LOGS.parent / "real-logs-live" / "crash_config_fp8_e5m2_kv_into_flashinfer_mla_plan_sglang0516_h200.log")
+    assert (v.category, v.phase) == ("config-error", "cuda-graph-capture")
+    assert v.key_line.startswith("ValueError: MLA kv_data_type torch.float8_e5m2 is not supported")
+    assert "kv_cache_dtype" in v.hint and "before starting" not in v.hint
+    other = triage_text("[2025-01-01 10:00:00] ValueError: kv_cache_dtype fp8_e5m2 is not supported by cutlass_mla\n")
+    assert "kv_cache_dtype" in other.hint
+    flag = triage_text("launch_server.py: error: argument --kv-cache-dtype: invalid choice: 'fp4'\n")
+    assert "before starting" in flag.hint  # a rejected flag keeps the argument advice
+
+
+def test_a_hang_is_advised_by_where_the_log_stopped():
+    """Seen live: a server stuck after the KV pool, before CUDA graph capture, was told to look at NCCL."""
+    log = REAL_LOGS.parent / "real-logs-live" / "hung_before_cuda_graphs_sglang0516_h200.log"
+    phase = triage_file(log).phase
+    assert phase == "kv-cache"
+    assert "NCCL" not in hang_hint(phase) and "CUDA graph capture" in hang_hint(phase)
+    assert "NCCL" in hang_hint("distributed-init")
+    assert len({hang_hint(p) for p in PHASES}) == len(PHASES)
+    assert "stack-dump.txt" in hang_hint(phase) and "py-spy" in hang_hint(phase, stack_dump=False)
+    assert hang_hint(None).startswith("the server stopped making progress before its log said where")
 
 
 def test_ready_then_crash_crash_wins():
