@@ -8,8 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.triage import (CATEGORIES, KEY_LINE_MAX, PHASES, Triage, Verdict, _sig, clean_line, hang_hint, triage_file,
-                            triage_text)
+from harness.triage import (
+    CATEGORIES,
+    KEY_LINE_MAX,
+    PHASES,
+    Triage,
+    Verdict,
+    _sig,
+    clean_line,
+    hang_hint,
+    triage_file,
+    triage_text,
+)
 
 # Real SGLang logs from public bug reports (real-logs/) and from the project's own SGLang 0.5.16 runs on an H200
 # (real-logs-live/), kept in the repo (each folder's SOURCES.md says where each comes from), so a plain clone runs
