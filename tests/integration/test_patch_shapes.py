@@ -67,7 +67,8 @@ def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, sh
     assert ps.variants[0].patches[0].text.encode() == text, "the patch must travel byte for byte (CRLF included)"
     before = tree_snapshot(repo)
     exp = tmp_path / "exp.yaml"
-    exp.write_text(yaml.safe_dump({"name": "shape", "model": {"path": "/m"}, "patches": [shape]}))
+    exp.write_text(yaml.safe_dump({"name": "shape", "model": {"path": "/m"}, "patches": [shape],
+                                    "server": {"port": "auto"}}))
     host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
     result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
     assert result["status"] == "ok", result.get("error")
@@ -98,7 +99,8 @@ def test_autocrlf_on_the_host_does_not_fool_the_revert_check(tmp_path, repo):
     before = tree_snapshot(repo)
     assert b"\r\n" not in (repo / "pkg" / "old.py").read_bytes()
     exp = tmp_path / "exp.yaml"
-    exp.write_text(yaml.safe_dump({"name": "crlf", "model": {"path": "/m"}, "patches": ["lf-edit"]}))
+    exp.write_text(yaml.safe_dump({"name": "crlf", "model": {"path": "/m"}, "patches": ["lf-edit"],
+                                    "server": {"port": "auto"}}))
     host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
     result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
     assert result["status"] == "ok", result.get("error")
