@@ -419,6 +419,7 @@ def patch_new(
     checkout: Path = typer.Option(..., "--from", help="Root of your local SGLang git checkout."),
     commit_range: Optional[str] = typer.Option(None, "--range", help="Commits A..B instead of the uncommitted "
                                                                     "changes: one patch file per commit."),
+    squash: bool = typer.Option(False, "--squash", help="With --range: one patch file from A to B."),
     description: Optional[str] = typer.Option(None, "--description", help="One line for patchset.yaml."),
     applies_to: Optional[str] = typer.Option(None, "--applies-to", help="sglang==<version>, when the checkout's "
                                                                        "version cannot be read."),
@@ -431,7 +432,7 @@ def patch_new(
 
     with errors_to_exit_codes(err, _debug):
         ps = make_patch_set(name, checkout, patches_dir or default_patches_dir_here(), commit_range=commit_range,
-                            description=description, applies_to=applies_to, force=force)
+                            squash=squash, description=description, applies_to=applies_to, force=force)
         variant = ps.variants[0]
         out.print(f"[green]created[/] patch set {escape(ps.name)} in {escape(str(ps.folder))} for "
                   f"{', '.join(ps.applies_to)}: {len(variant.patches)} patch file(s), sha256 {ps.sha256[:16]}",

@@ -43,7 +43,7 @@ def open_checkout(path: Path) -> git.Repo:
     if not path.is_dir():
         raise ConfigError(f"--from {path}: not a folder", hint="pass your SGLang checkout's root folder")
     try:
-        repo = git.Repo(path)
+        repo = git.Repo(path, search_parent_directories=True)  # to name the root of a subfolder's repo
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise ConfigError(f"--from {path}: not a git repository",
                           hint="pass the root of a git checkout of SGLang (the folder holding .git)") from None
@@ -93,8 +93,9 @@ def _stage_all(repo: git.Repo, env: dict[str, str], head: str) -> None:
     repo.git.add("--all", "--", ".", env=env)
 
 
-def capture_range(repo: git.Repo, spec: str) -> Capture:
-    """One diff per commit of `A..B` (B defaults to HEAD), oldest first, each against its parent."""
+def capture_range(repo: git.Repo, spec: str, *, squash: bool = False) -> Capture:
+    """One diff per commit of `A..B` (B defaults to HEAD), oldest first, each against its parent; with
+    `squash`, one diff from A to B."""
     left, sep, right = spec.partition("..")
     if not sep or not left or right.startswith("."):
         raise ConfigError(f"--range {spec!r}: write A..B (commits after A up to B)",
@@ -113,15 +114,25 @@ def capture_range(repo: git.Repo, spec: str) -> Capture:
         raise ConfigError(f"--range {spec!r}: {left} is not an ancestor of {right or 'HEAD'}",
                           hint="the patches apply in order on top of A: A must be in B's history")
     commits = list(repo.iter_commits(f"{base.hexsha}..{tip.hexsha}", reverse=True, topo_order=True))
+    source = f"commits {base.hexsha[:12]}..{tip.hexsha[:12]}"
+    if squash:
+        text = repo.git.diff(*DIFF_FLAGS, base.hexsha, tip.hexsha, "--", stdout_as_string=False,
+                             strip_newline_in_stdout=False)
+        label = _subject(commits[0]) if len(commits) == 1 else ""
+        return Capture((CapturedDiff(label, text),) if text else (), base.hexsha, source)
     merges = [c.hexsha[:12] for c in commits if len(c.parents) > 1]
     if merges:
         raise ConfigError(f"--range {spec!r} holds merge commit(s) {', '.join(merges)}",
-                          hint="take a linear series (rebase it first), or capture the result as one diff")
+                          hint="take a linear series (rebase it first), or pass --squash for one diff from A to B")
     diffs = []
     for c in commits:
         parent = c.parents[0].hexsha if c.parents else EMPTY_TREE
         text = repo.git.diff(*DIFF_FLAGS, parent, c.hexsha, "--", stdout_as_string=False,
                              strip_newline_in_stdout=False)
         if text:  # an empty commit changes nothing to apply
-            diffs.append(CapturedDiff(c.summary if isinstance(c.summary, str) else c.summary.decode(), text))
-    return Capture(tuple(diffs), base.hexsha, f"commits {base.hexsha[:12]}..{tip.hexsha[:12]}")
+            diffs.append(CapturedDiff(_subject(c), text))
+    return Capture(tuple(diffs), base.hexsha, source)
+
+
+def _subject(c: git.Commit) -> str:
+    return c.summary if isinstance(c.summary, str) else c.summary.decode(errors="replace")

@@ -20,7 +20,7 @@ from .agent.target import target_identity
 from .config import SAFE_NAME, TARGET_ID
 from .errors import ConfigError
 from .gitcapture import capture_range, capture_uncommitted, open_checkout
-from .patchsets import PatchSet, load_patch_set
+from .patchsets import PatchSet, diff_paths, load_patch_set
 
 # --------------------------------------------------------------------------- pure parts
 
@@ -90,6 +90,21 @@ def undecodable(diff: bytes) -> list[str]:
     return bad
 
 
+def first_shared_path(diffs: Sequence[tuple[str, str]]) -> tuple[str, str, str] | None:
+    """(path, earlier label, later label) for the first path two of the (label, diff text) pairs change.
+
+    The agent checks a set's patch files in one `git apply --check`, which reads every file against the
+    tree as it is, not as the earlier files leave it: a path two files change is refused on the host."""
+    seen: dict[str, str] = {}
+    for label, text in diffs:
+        paths = diff_paths(text)
+        for path in sorted(paths):
+            if path in seen:
+                return path, seen[path], label
+        seen.update({path: label for path in paths})
+    return None
+
+
 # --------------------------------------------------------------------------- reading the checkout
 
 
@@ -110,7 +125,7 @@ def checkout_target(checkout: Path) -> str | None:
 
 
 def make_patch_set(name: str, checkout: Path, patches_dir: Path, *, commit_range: str | None = None,
-                   description: str | None = None, applies_to: str | None = None,
+                   squash: bool = False, description: str | None = None, applies_to: str | None = None,
                    force: bool = False) -> PatchSet:
     """Capture `checkout`'s changes as patch set `name` in `patches_dir`; return it as the harness loads it."""
     check_name(name)
@@ -118,8 +133,10 @@ def make_patch_set(name: str, checkout: Path, patches_dir: Path, *, commit_range
     if (patches_dir / name).exists() and not force:
         raise ConfigError(f"patch set {name!r} already exists ({patches_dir / name})",
                           hint="choose another name, or pass --force to replace it")
+    if squash and not commit_range:
+        raise ConfigError("--squash goes with --range A..B", hint="uncommitted changes are one patch file already")
     repo = open_checkout(checkout)
-    capture = capture_range(repo, commit_range) if commit_range else capture_uncommitted(repo)
+    capture = capture_range(repo, commit_range, squash=squash) if commit_range else capture_uncommitted(repo)
     if not capture.diffs:
         raise ConfigError(f"{checkout}: no changes to capture ({capture.source})",
                           hint="edit the checkout first (uncommitted changes are taken, untracked files "
@@ -128,12 +145,18 @@ def make_patch_set(name: str, checkout: Path, patches_dir: Path, *, commit_range
     if bad:
         raise ConfigError(f"{checkout}: changes that are not UTF-8 text: {'; '.join(bad)}",
                           hint="mark such files binary in .gitattributes (`<path> binary`) and run again")
+    names = patch_file_names([d.label for d in capture.diffs], name)
+    shared = first_shared_path([(n, d.diff.decode()) for n, d in zip(names, capture.diffs)])
+    if shared:
+        path, first, later = shared
+        raise ConfigError(f"{first} and {later} both change {path}: the harness applies a set's patch files "
+                          "together, each to the unpatched tree, so the host would refuse the second",
+                          hint="pass --squash for one patch file from A to B, or squash those commits")
     target = target or checkout_target(checkout)
     if target is None:
         raise ConfigError(f"{checkout}: cannot read SGLang's version (python/sglang/version.py `__version__`, "
                           "or `version` in python/pyproject.toml)",
                           hint="say which SGLang the patches are for: --applies-to sglang==<version>")
-    names = patch_file_names([d.label for d in capture.diffs], name)
     if description is None:
         description = capture.diffs[0].label if len(capture.diffs) == 1 and capture.diffs[0].label else \
             f"{name}: {capture.source} of {checkout.resolve().name}"
