@@ -426,8 +426,10 @@ def patch_new(
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing patch set of that name."),
 ) -> None:
-    """Make a patch set from a checkout: its uncommitted changes (untracked files included), or --range's
-    commits; writes the patch files, patchset.yaml (applies_to: the checkout's SGLang) and a README stub."""
+    """Make a patch set from your checkout's changes.
+
+    Its uncommitted changes (untracked files included), or --range's commits, become patch files, with a
+    patchset.yaml (applies_to: the checkout's SGLang) and a README stub to finish."""
     from .patchnew import make_patch_set
 
     with errors_to_exit_codes(err, _debug):
@@ -450,8 +452,10 @@ def patch_check(
     against: Path = typer.Option(..., "--against", help="A local SGLang checkout; it is never written."),
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
 ) -> None:
-    """Apply a patch set (the variant for the checkout's SGLang) to a scratch copy of the files it touches, and
-    compile them: what `validate --against` does for one set."""
+    """Check that a patch set applies to a checkout and compiles.
+
+    The variant for the checkout's SGLang is applied to a scratch copy of the files it touches (the
+    checkout is never written): what `validate --against` does, for one set."""
     from .agent.target import target_identity
     from .patchsets import load_patch_set
 

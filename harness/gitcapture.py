@@ -22,6 +22,8 @@ from .errors import ConfigError
 # a/ b/ prefixes, renames as renames.
 DIFF_FLAGS = ("--binary", "--full-index", "--find-renames", "--no-color", "--no-ext-diff", "--no-textconv",
               "--no-relative", "--src-prefix=a/", "--dst-prefix=b/", "--unified=3", "--diff-algorithm=myers")
+# Paths as they are (UTF-8), not C-quoted: the patch set loader reads header paths unquoted.
+PLAIN_PATHS = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.quotePath", "GIT_CONFIG_VALUE_0": "false"}
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's id of the empty tree: a root commit's parent
 
 
@@ -71,7 +73,7 @@ def capture_uncommitted(repo: git.Repo) -> Capture:
         objects = os.path.join(tmp, "objects")
         os.mkdir(objects)
         env = {"GIT_INDEX_FILE": os.path.join(tmp, "index"), "GIT_OBJECT_DIRECTORY": objects,
-               "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(repo.common_dir, "objects")}
+               "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(repo.common_dir, "objects"), **PLAIN_PATHS}
         _stage_all(repo, env, head)
         diff = repo.git.diff("--cached", *DIFF_FLAGS, head, "--", env=env, stdout_as_string=False,
                              strip_newline_in_stdout=False)
@@ -116,8 +118,8 @@ def capture_range(repo: git.Repo, spec: str, *, squash: bool = False) -> Capture
     commits = list(repo.iter_commits(f"{base.hexsha}..{tip.hexsha}", reverse=True, topo_order=True))
     source = f"commits {base.hexsha[:12]}..{tip.hexsha[:12]}"
     if squash:
-        text = repo.git.diff(*DIFF_FLAGS, base.hexsha, tip.hexsha, "--", stdout_as_string=False,
-                             strip_newline_in_stdout=False)
+        text = repo.git.diff(*DIFF_FLAGS, base.hexsha, tip.hexsha, "--", env=PLAIN_PATHS,
+                             stdout_as_string=False, strip_newline_in_stdout=False)
         label = _subject(commits[0]) if len(commits) == 1 else ""
         return Capture((CapturedDiff(label, text),) if text else (), base.hexsha, source)
     merges = [c.hexsha[:12] for c in commits if len(c.parents) > 1]
@@ -127,7 +129,7 @@ def capture_range(repo: git.Repo, spec: str, *, squash: bool = False) -> Capture
     diffs = []
     for c in commits:
         parent = c.parents[0].hexsha if c.parents else EMPTY_TREE
-        text = repo.git.diff(*DIFF_FLAGS, parent, c.hexsha, "--", stdout_as_string=False,
+        text = repo.git.diff(*DIFF_FLAGS, parent, c.hexsha, "--", env=PLAIN_PATHS, stdout_as_string=False,
                              strip_newline_in_stdout=False)
         if text:  # an empty commit changes nothing to apply
             diffs.append(CapturedDiff(_subject(c), text))

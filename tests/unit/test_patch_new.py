@@ -90,6 +90,7 @@ def edit_everything(r: Path) -> None:
     (srt / "layers" / "empty.py").write_text("")
     (r / "new.bin").write_bytes(b"\x00\x01\x02\xff" * 64)
     (r / "latest.sh").symlink_to("run.sh")
+    (srt / "café.py").write_text("NAME = 'café'\n")  # a non-ASCII path: unquoted in the patch headers
 
 
 def apply_as_agent(repo: Path, ps: PatchSet, tmp_path: Path) -> dict:
@@ -140,7 +141,7 @@ def test_uncommitted_changes_round_trip_byte_for_byte(tmp_path):
     assert ps.description == "everything at once" and ps.applies_to == ("sglang==0.5.23",)
     text = ps.variants[0].patches[0].text
     assert "rename from python/sglang/srt/old_name.py" in text and "GIT binary patch" in text
-    assert "old mode 100755" in text and "build/" not in text
+    assert "old mode 100755" in text and "build/" not in text and "+++ b/python/sglang/srt/café.py" in text
     assert "my_change" in (tmp_path / "patches" / "my_change" / "README.md").read_text()
 
     reset(repo)
