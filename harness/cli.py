@@ -23,19 +23,22 @@ from .config import HostConfig, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
 from .exits import errors_to_exit_codes, exit_code, signal_as_interrupt
 from .progress import AttemptProgress, SweepProgress
-from .project import bundled_dir, default_hosts_file, default_patches_dir
+from .project import bundled_dir, default_hosts_file, default_patches_dir, default_patches_dir_here
 from .protocol import Status
 from .resolve import resolve
 from .results import ResultsStore, new_run_id
 from .runner import run_attempt_in_foreground
 
 if TYPE_CHECKING:
+    from .patchsets import PatchSet
     from .scheduler import SweepOutcome
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Declarative, fast-to-fail, safe experiments on SGLang servers over SSH.")
 sim_app = typer.Typer(no_args_is_help=True, help="The simulated SGLang target (no GPU needed).")
 app.add_typer(sim_app, name="sim")
+patch_app = typer.Typer(no_args_is_help=True, help="Make a patch set from your SGLang checkout; check one against it.")
+app.add_typer(patch_app, name="patch")
 
 # soft_wrap: never break a line inside a path or a command a user may copy.
 # On a pipe rich assumes 80 columns: tables (plans, comparisons) would be folded into unreadable cells.
@@ -371,7 +374,6 @@ def validate(
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
     from .agent.target import target_identity
     from .config import file_kind
-    from .patchcheck import dry_check
     from .plan import plan_sweep
 
     with errors_to_exit_codes(err, _debug):
@@ -405,19 +407,84 @@ def validate(
                     out.print(f"skip {name}: made for {', '.join(ps.applies_to)}, the target is {ident}",
                               highlight=False)
                     continue
-                found = dry_check(ps, against)
-                problems += found
-                if found:
-                    for p in found:
-                        out.print(f"[red]fail[/] {escape(p)}", highlight=False)
-                else:
-                    out.print(f"[green]ok[/]   patch set {name} applies to {against} and compiles", highlight=False)
+                problems += _dry_check_and_report(ps, against)
         if problems:
             err.print(f"{len(problems)} problem(s)", style="red")
             raise typer.Exit(2)
 
 
+@patch_app.command("new")
+def patch_new(
+    name: str = typer.Argument(..., help="Name of the new patch set (its folder under the patches directory)."),
+    checkout: Path = typer.Option(..., "--from", help="Root of your local SGLang git checkout."),
+    commit_range: Optional[str] = typer.Option(None, "--range", help="Commits A..B instead of the uncommitted "
+                                                                    "changes: one patch file per commit."),
+    squash: bool = typer.Option(False, "--squash", help="With --range: one patch file from A to B."),
+    description: Optional[str] = typer.Option(None, "--description", help="One line for patchset.yaml."),
+    applies_to: Optional[str] = typer.Option(None, "--applies-to", help="sglang==<version>, when the checkout's "
+                                                                       "version cannot be read."),
+    patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing patch set of that name."),
+) -> None:
+    """Make a patch set from your checkout's changes.
+
+    Its uncommitted changes (untracked files included), or --range's commits, become patch files, with a
+    patchset.yaml (applies_to: the checkout's SGLang) and a README stub to finish."""
+    from .patchnew import make_patch_set
+
+    with errors_to_exit_codes(err, _debug):
+        ps = make_patch_set(name, checkout, patches_dir or default_patches_dir_here(), commit_range=commit_range,
+                            squash=squash, description=description, applies_to=applies_to, force=force)
+        variant = ps.variants[0]
+        out.print(f"[green]created[/] patch set {escape(ps.name)} in {escape(str(ps.folder))} for "
+                  f"{', '.join(ps.applies_to)}: {len(variant.patches)} patch file(s), sha256 {ps.sha256[:16]}",
+                  highlight=False)
+        for p in variant.patches:
+            out.print(f"    {escape(p.name)}", highlight=False)
+        pdir_opt = f" --patches-dir {patches_dir}" if patches_dir else ""
+        out.print(f"check it against a clean checkout: harness patch check {ps.name} --against <dir>{pdir_opt}",
+                  highlight=False)
+
+
+@patch_app.command("check")
+def patch_check(
+    name: str = typer.Argument(..., help="Patch set name (a folder under the patches directory)."),
+    against: Path = typer.Option(..., "--against", help="A local SGLang checkout; it is never written."),
+    patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
+) -> None:
+    """Check that a patch set applies to a checkout and compiles.
+
+    The variant for the checkout's SGLang is applied to a scratch copy of the files it touches (the
+    checkout is never written): what `validate --against` does, for one set."""
+    from .agent.target import target_identity
+    from .patchsets import load_patch_set
+
+    with errors_to_exit_codes(err, _debug):
+        ps = load_patch_set(patches_dir or default_patches_dir_here(), name)
+        if not against.is_dir():
+            raise ConfigError(f"--against {against}: not a folder")
+        ident = target_identity(str(against))
+        if not ps.has_variants and ps.applies_to and ident and ident not in ps.applies_to:
+            out.print(f"note: {name} is made for {', '.join(ps.applies_to)}, the checkout is {ident}; checking anyway",
+                      highlight=False)
+        if _dry_check_and_report(ps, against):
+            raise typer.Exit(2)
+
+
 # ============================================================================ helpers
+
+
+def _dry_check_and_report(ps: PatchSet, against: Path) -> list[str]:
+    """Dry-apply one patch set to a copy of `against` (patchcheck.py), print ok or each problem; the problems."""
+    from .patchcheck import dry_check
+
+    found = dry_check(ps, against)
+    for p in found:
+        out.print(f"[red]fail[/] {escape(p)}", highlight=False)
+    if not found:
+        out.print(f"[green]ok[/]   patch set {ps.name} applies to {against} and compiles", highlight=False)
+    return found
+
 
 
 def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,

@@ -30,3 +30,8 @@ def default_hosts_file(experiment_file: Path) -> Path:
 
 def default_patches_dir(experiment_file: Path) -> Path:
     return project_root_of(experiment_file) / "patches"
+
+
+def default_patches_dir_here() -> Path:
+    """For commands given no file: the patches of the project the current folder is in."""
+    return project_root_of(Path.cwd() / "_") / "patches"
