@@ -157,7 +157,7 @@ CORE_FIELDS = ("schema_", "run_id", "experiment", "attempt", "host", "backend", 
 
 
 class Record(_Strict):
-    """One attempt's `record.json` (schema `SCHEMA`; README "Records" lists the fields)."""
+    """One attempt's `record.json` (schema `SCHEMA`; docs/experiments.md "Records" lists the fields)."""
 
     schema_: int = Field(SCHEMA, alias="schema")
     run_id: str

@@ -6,8 +6,7 @@
 writes the wheel's `sglang/` package to `DEST/python/sglang/` and commits it once in a fresh git repo
 (DEST must be new or empty). That is the layout of an SGLang checkout, so patch sets made with `git diff`
 in a checkout apply to it. No install is needed: the server imports it with
-`PYTHONPATH=DEST/python:<site>` (the wheelhouse's install target as <site>; see the README section
-"Running against a real SGLang on a GPU host").
+`PYTHONPATH=DEST/python:<site>` (the wheelhouse's install target as <site>; see docs/real-gpu.md).
 
 Standard library only (the GPU host runs it with its own Python). The repo's upstream tests use `lay_out`
 from here too (tests/upstream/sglang_source.py), for SGLang's PyPI wheel.

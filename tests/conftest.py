@@ -102,7 +102,7 @@ def write_experiment(tmp_path: Path, name: str, port: int, **sections) -> Path:
     return f
 
 
-# Final statuses as the README defines them (an `aborted` or `infra-error` record is final only when the
+# Final statuses as docs/experiments.md (Records) defines them (an `aborted` or `infra-error` record is final only when the
 # attempt's budget was spent): spelled here, not imported, so the tests cannot share the code's mistake.
 FINAL_STATUSES = {"ok", "crashed", "hung", "apply-failed", "preflight-failed", "bench-failed"}
 

@@ -1,7 +1,7 @@
 """The harness against a live SGLang server on real GPUs, through the local transport.
 
 Skipped (saying why) unless HARNESS_REAL_TARGET names the JSON file that `real-target/setup_host.py`
-writes on a GPU host prepared with the real-target kit (README: "Running against a real SGLang"):
+writes on a GPU host prepared with the real-target kit (docs/real-gpu.md):
 
     {"hosts_file": ".../hosts.yaml", "sweep_hosts": ["gpu0", "gpu1"], "run_host": "gpu0",
      "tp2_host": "gpu01" or null, "results_dir": ".../results", "model": ".../tiny-mla"}

@@ -496,7 +496,7 @@ def test_no_record_lost_or_duplicated_over_a_resumed_sweep(tmp_path):
     sched = Scheduler(plan, hosts, store, run_id, reporter=stopper)
     stopper.action = sched.cancel.set  # stop the sweep during the third attempt's benchmark
     first = sched.run()
-    # Judged from the files on disk by the README's rules: `--resume` reruns only attempts without a final
+    # Judged from the files on disk by the rules of docs/sweeps.md: `--resume` reruns only attempts without a final
     # record; `infra-error` is retried and `aborted` (Ctrl-C, a stopped sweep) reruns on resume; every other
     # status is a result.
     final_statuses = {"ok", "crashed", "hung", "apply-failed", "preflight-failed", "bench-failed"}

@@ -276,7 +276,7 @@ def test_chunked_feeding_equals_whole_text():
         assert t.finish().verdict(137) == whole
 
 
-# The phases as the README documents them (section "Crash triage"), in startup order, with how many lines of
+# The phases as docs/triage.md documents them, in startup order, with how many lines of
 # healthy_start() a server has printed when it is in that phase.
 DOCUMENTED_PHASES = [("args", 1), ("distributed-init", 2), ("load-weights", 3), ("kv-cache", 5),
                      ("cuda-graph-capture", 6), ("warmup", 8), ("serving", 9)]
@@ -292,8 +292,11 @@ def test_a_crash_in_each_documented_phase_is_reported_with_that_phase_name(phase
     assert (v.verdict, v.category, v.phase) == ("crash", "illegal-memory-access", phase)
 
 
-def test_the_phase_names_triage_knows_are_the_ones_the_readme_lists():
-    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+TRIAGE_DOC = Path(__file__).resolve().parents[2] / "docs" / "triage.md"  # the README links it
+
+
+def test_the_phase_names_triage_knows_are_the_ones_the_docs_list():
+    readme = " ".join(TRIAGE_DOC.read_text().split())
     documented = [p for p, _ in DOCUMENTED_PHASES]
     assert "`phase` (" + ", ".join(documented) + ")" in readme
     assert list(PHASES) == documented
@@ -910,10 +913,9 @@ def test_a_traceback_split_across_chunks_reads_as_one():
         assert t.finish().verdict(1) == whole
 
 
-def test_the_categories_triage_knows_are_the_ones_the_readme_lists():
-    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
-    section = readme[readme.index("## Crash triage"):readme.index("## Running against a real SGLang")]
-    listed = section[section.index("`category` ("):section.index("`key_line`")]
+def test_the_categories_triage_knows_are_the_ones_the_docs_list():
+    doc = " ".join(TRIAGE_DOC.read_text().split())
+    listed = doc[doc.index("`category` ("):doc.index("`key_line`")]
     for category in CATEGORIES:
         assert f"`{category}`" in listed
 
