@@ -45,14 +45,19 @@ err = Console(stderr=True, soft_wrap=True)
 _debug = False
 
 
+def _print_version(value: bool) -> None:
+    # Eager: runs while parsing, before click asks for a command (else `harness --version` is "Missing command").
+    if value:
+        out.print(f"harness {__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-          version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
     global _debug
     _debug = debug
-    if version:
-        out.print(f"harness {__version__}")
-        raise typer.Exit(0)
 
 
 # ============================================================================ commands
