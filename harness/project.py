@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+RESULTS_ENV = "HARNESS_RESULTS_DIR"
 
 
 def bundled_dir(name: str) -> Path:
@@ -30,3 +33,30 @@ def default_hosts_file(experiment_file: Path) -> Path:
 
 def default_patches_dir(experiment_file: Path) -> Path:
     return project_root_of(experiment_file) / "patches"
+
+
+def checkout_root(package_dir: Path = PACKAGE_DIR) -> Path | None:
+    """The source checkout this package runs from (editable install, or `python -m harness` in it); None for
+    an installed wheel."""
+    root = package_dir.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "experiments").is_dir() else None
+
+
+def default_results_dir(environ: Mapping[str, str] | None = None, package_dir: Path = PACKAGE_DIR) -> Path:
+    """Where records go when no --results-dir is given — never the current folder, so `harness compare RUN`
+    run from anywhere finds what a sweep wrote: $HARNESS_RESULTS_DIR, else the checkout's `results/`, else
+    the XDG data folder (`$XDG_DATA_HOME/harness/results`, default ~/.local/share/harness/results)."""
+    env = os.environ if environ is None else environ
+    if env.get(RESULTS_ENV):
+        return Path(env[RESULTS_ENV]).expanduser().absolute()
+    checkout = checkout_root(package_dir)
+    if checkout is not None:
+        return checkout / "results"
+    data_home = Path(env.get("XDG_DATA_HOME") or "").expanduser()
+    if not data_home.is_absolute():  # unset, or relative (which the XDG spec says to ignore)
+        data_home = _home(env) / ".local" / "share"
+    return data_home / "harness" / "results"
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env["HOME"]) if env.get("HOME") else Path.home()
