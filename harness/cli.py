@@ -19,11 +19,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, views
-from .config import HostConfig, load_experiment, load_inventory
+from .config import HostConfig, Inventory, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
 from .exits import errors_to_exit_codes, exit_code, signal_as_interrupt
 from .progress import AttemptProgress, SweepProgress
-from .project import bundled_dir, default_hosts_file, default_patches_dir, default_results_dir
+from .project import (bundled_dir, default_hosts_file, default_patches_dir, default_results_dir,
+                      missing_inventory_hint)
 from .protocol import Status
 from .resolve import resolve
 from .results import ResultsStore, new_run_id
@@ -79,7 +80,7 @@ def run(
         exp = load_experiment(experiment)
         resolved = resolve(exp, experiment, patches_dir or default_patches_dir(experiment))
         hosts_path = hosts_file or default_hosts_file(experiment)
-        inventory = load_inventory(hosts_path)
+        inventory = _inventory(hosts_path)
         name, host_cfg = _pick_host(inventory.hosts, host, hosts_path)
         store = _open_store(results_dir, announce=True)
         run_id = new_run_id()
@@ -127,7 +128,7 @@ def status(
     from .runner import host_status
 
     with errors_to_exit_codes(err, _debug):
-        inventory = load_inventory(hosts_file)
+        inventory = _inventory(hosts_file)
         names = hosts or list(inventory.hosts)
         results = {}
         for name in names:
@@ -170,7 +171,7 @@ def recover(
     from .runner import recover_host
 
     with errors_to_exit_codes(err, _debug):
-        inventory = load_inventory(hosts_file)
+        inventory = _inventory(hosts_file)
         name, cfg = _pick_host(inventory.hosts, host, hosts_file)
         res = recover_host(name, cfg)
         if res.get("status") not in (None, Status.OK):
@@ -241,8 +242,9 @@ def sim_init(
             raise ConfigError(str(exc)) from None
         out.print(f"simulated SGLang target created at {target.repo} ({arch}, {gpus} GPUs, "
                   f"FlashInfer {flashinfer_version})", highlight=False)
-        out.print("add it to hosts.yaml:", highlight=False)
-        out.print(f"  repo: {target.repo}\n  python: {target.python}", highlight=False)
+        out.print("add it to hosts.yaml (a new file, or the entry under your `hosts:`):", highlight=False)
+        out.print(sim_host_entry("sim", str(target.repo), str(target.python), gpus, arch),
+                  highlight=False, markup=False)
         print(target.python)
 
 
@@ -293,7 +295,7 @@ def sweep(
 
     with errors_to_exit_codes(err, _debug):
         hosts_path = hosts_file or default_hosts_file(sweep_file)
-        inventory = load_inventory(hosts_path)
+        inventory = _inventory(hosts_path)
         from .config import load_sweep
 
         sweep_cfg, _ = load_sweep(sweep_file)
@@ -443,6 +445,19 @@ def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig]
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
                   highlight=False)
     return outcome
+
+
+def sim_host_entry(name: str, repo: str, python: str, gpus: int, arch: str) -> str:
+    """A complete hosts.yaml for a simulated target, ready to paste (the local transport: no SSH)."""
+    return (f"hosts:\n  {name}:\n    address: local\n    repo: {repo}\n    python: {python}\n"
+            f"    gpus: {gpus}\n    arch: {arch}")
+
+
+def _inventory(path: Path) -> Inventory:
+    # No hosts.yaml ships (no host works everywhere): say how to make one rather than "file not found".
+    if not path.is_file():
+        raise ConfigError("no host inventory here", file=path.absolute(), hint=missing_inventory_hint())
+    return load_inventory(path)
 
 
 def _open_store(results_dir: Path | None, announce: bool) -> ResultsStore:

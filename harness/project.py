@@ -31,6 +31,22 @@ def default_hosts_file(experiment_file: Path) -> Path:
     return local if local.is_file() else project_root_of(experiment_file) / "hosts.yaml"
 
 
+def example_inventory(package_dir: Path = PACKAGE_DIR) -> Path | None:
+    """The shipped example inventory, when running from a checkout (a wheel does not carry it)."""
+    checkout = checkout_root(package_dir)
+    example = checkout / "hosts.example.yaml" if checkout else None
+    return example if example is not None and example.is_file() else None
+
+
+def missing_inventory_hint(package_dir: Path = PACKAGE_DIR) -> str:
+    """What to do when there is no hosts.yaml: none is shipped, since no host works on every machine."""
+    example = example_inventory(package_dir)
+    start = (f"copy {example} to hosts.yaml and edit it" if example
+             else "write one as the README's `hosts.yaml` section shows")
+    return (f"{start}, or pass --hosts-file FILE; to practise without a GPU, `harness sim init /tmp/harness-sim` "
+            "prints a host entry to paste; `harness demo` needs no inventory at all")
+
+
 def default_patches_dir(experiment_file: Path) -> Path:
     return project_root_of(experiment_file) / "patches"
 
