@@ -23,8 +23,13 @@ from .config import HostConfig, Inventory, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
 from .exits import errors_to_exit_codes, exit_code, signal_as_interrupt
 from .progress import AttemptProgress, SweepProgress
-from .project import (bundled_dir, default_hosts_file, default_patches_dir, default_results_dir,
-                      missing_inventory_hint)
+from .project import (
+    bundled_dir,
+    default_hosts_file,
+    default_patches_dir,
+    default_results_dir,
+    missing_inventory_hint,
+)
 from .protocol import Status
 from .resolve import resolve
 from .results import ResultsStore, new_run_id
