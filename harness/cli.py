@@ -19,11 +19,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, views
-from .config import HostConfig, load_experiment, load_inventory
+from .config import HostConfig, Inventory, load_experiment, load_inventory
 from .errors import EXIT_INTERRUPTED, ConfigError, HarnessError
 from .exits import errors_to_exit_codes, exit_code, signal_as_interrupt
 from .progress import AttemptProgress, SweepProgress
-from .project import bundled_dir, default_hosts_file, default_patches_dir, default_patches_dir_here
+from .project import (
+    bundled_dir,
+    default_hosts_file,
+    default_patches_dir,
+    default_patches_dir_here,
+    default_results_dir,
+    missing_inventory_hint,
+)
 from .protocol import Status
 from .resolve import resolve
 from .results import ResultsStore, new_run_id
@@ -46,16 +53,23 @@ _PIPE_WIDTH = None if sys.stdout.isatty() else 180
 out = Console(soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 _debug = False
+RESULTS_HELP = ("Where records go (default: $HARNESS_RESULTS_DIR, else results/ of the checkout harness runs from, "
+                "else ~/.local/share/harness/results; never the current folder).")
+
+
+def _print_version(value: bool) -> None:
+    # Eager: runs while parsing, before click asks for a command (else `harness --version` is "Missing command").
+    if value:
+        out.print(f"harness {__version__}", highlight=False)
+        raise typer.Exit(0)
 
 
 @app.callback()
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-          version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
     global _debug
     _debug = debug
-    if version:
-        out.print(f"harness {__version__}")
-        raise typer.Exit(0)
 
 
 # ============================================================================ commands
@@ -66,7 +80,7 @@ def run(
     experiment: Path = typer.Argument(..., help="Experiment YAML file."),
     host: Optional[str] = typer.Option(None, "--host", help="Host name from the inventory (default: the only one)."),
     hosts_file: Optional[Path] = typer.Option(None, "--hosts-file", help="Host inventory (default: ./hosts.yaml)."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where records go."),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
     wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another harness's lock on the repo."),
 ) -> None:
@@ -75,9 +89,9 @@ def run(
         exp = load_experiment(experiment)
         resolved = resolve(exp, experiment, patches_dir or default_patches_dir(experiment))
         hosts_path = hosts_file or default_hosts_file(experiment)
-        inventory = load_inventory(hosts_path)
+        inventory = _inventory(hosts_path)
         name, host_cfg = _pick_host(inventory.hosts, host, hosts_path)
-        store = ResultsStore(results_dir)
+        store = _open_store(results_dir, announce=True)
         run_id = new_run_id()
         with AttemptProgress(out) as progress:
             outcome = run_attempt_in_foreground(resolved, name, host_cfg, store, run_id, reporter=progress,
@@ -123,7 +137,7 @@ def status(
     from .runner import host_status
 
     with errors_to_exit_codes(err, _debug):
-        inventory = load_inventory(hosts_file)
+        inventory = _inventory(hosts_file)
         names = hosts or list(inventory.hosts)
         results = {}
         for name in names:
@@ -166,7 +180,7 @@ def recover(
     from .runner import recover_host
 
     with errors_to_exit_codes(err, _debug):
-        inventory = load_inventory(hosts_file)
+        inventory = _inventory(hosts_file)
         name, cfg = _pick_host(inventory.hosts, host, hosts_file)
         res = recover_host(name, cfg)
         if res.get("status") not in (None, Status.OK):
@@ -237,14 +251,15 @@ def sim_init(
             raise ConfigError(str(exc)) from None
         out.print(f"simulated SGLang target created at {target.repo} ({arch}, {gpus} GPUs, "
                   f"FlashInfer {flashinfer_version})", highlight=False)
-        out.print("add it to hosts.yaml:", highlight=False)
-        out.print(f"  repo: {target.repo}\n  python: {target.python}", highlight=False)
+        out.print("add it to hosts.yaml (a new file, or the entry under your `hosts:`):", highlight=False)
+        out.print(sim_host_entry("sim", str(target.repo), str(target.python), gpus, arch),
+                  highlight=False, markup=False)
         print(target.python)
 
 
 @app.command()
 def demo(
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where records go."),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
 ) -> None:
     """Sweep the five backends (and the seed story's crash and hang) over two simulated targets of
     different GPU arch — an H200 (sm90) and a B200 (sm100) — then print the comparison table."""
@@ -261,12 +276,12 @@ def demo(
                                          arch=arch, workdir=str(Path(tmp) / name / ".venv" / "harness-work"))
             out.print(f"two simulated SGLang targets: {', '.join(f'{n} ({h.arch})' for n, h in hosts.items())}; "
                       f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
-            store = ResultsStore(results_dir)
+            store = _open_store(results_dir, announce=True)
             outcome = _run_sweep(sweep_file, patches_dir, hosts, store, new_run_id())
         views.show_comparison(out, [(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
                           plot_file=None)
-        out.print(f"\nrecords: {results_dir / outcome.run_id}   (harness compare {outcome.run_id} "
-                  f"--results-dir {results_dir})", highlight=False)
+        out.print(f"\nrecords: {store.run_path(outcome.run_id)}   (harness compare {outcome.run_id}"
+                  f"{_results_dir_arg(results_dir)})", highlight=False)
         if outcome.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
         met = all(r.expectation_met or r.status == Status.PREFLIGHT_FAILED for r in outcome.done)
@@ -279,7 +294,7 @@ def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep YAML: a base experiment plus matrix axes, or a list."),
     hosts_opt: Optional[str] = typer.Option(None, "--hosts", help="Comma-separated host names (default: all)."),
     hosts_file: Optional[Path] = typer.Option(None, "--hosts-file", help="Host inventory (default: ./hosts.yaml)."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where records go."),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
     resume: Optional[str] = typer.Option(None, "--resume", help="Run id to resume: runs what has no final record."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
@@ -289,7 +304,7 @@ def sweep(
 
     with errors_to_exit_codes(err, _debug):
         hosts_path = hosts_file or default_hosts_file(sweep_file)
-        inventory = load_inventory(hosts_path)
+        inventory = _inventory(hosts_path)
         from .config import load_sweep
 
         sweep_cfg, _ = load_sweep(sweep_file)
@@ -300,7 +315,7 @@ def sweep(
                               hint="hosts: " + ", ".join(inventory.hosts))
         hosts = {n: inventory.hosts[n] for n in names} if names else dict(inventory.hosts)
         pdir = patches_dir or default_patches_dir(sweep_file)
-        store = ResultsStore(results_dir)
+        store = _open_store(results_dir, announce=not dry_run)
         if resume:
             run = store.read_run(resume)
             if Path(run.sweep_file) != sweep_file.resolve():
@@ -342,14 +357,14 @@ def compare(
     metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
     plot_file: Optional[Path] = typer.Option(None, "--plot", help="Draw the metric per experiment (matplotlib)."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where run ids are looked up."),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
 ) -> None:
     """One row per experiment: status (cause for failures), medians with spread, ratio to the baseline
     with significance, noise and comparability warnings."""
     with errors_to_exit_codes(err, _debug):
         if fmt not in ("table", "markdown", "csv", "json"):
             raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
-        store = ResultsStore(results_dir)
+        store = _open_store(results_dir, announce=False)
         chosen: list[tuple[ResultsStore, str]] = []
         for r in runs:
             if Path(r).is_dir():  # a run folder given as a path: its parent is the store
@@ -503,6 +518,32 @@ def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig]
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
                   highlight=False)
     return outcome
+
+
+def sim_host_entry(name: str, repo: str, python: str, gpus: int, arch: str) -> str:
+    """A complete hosts.yaml for a simulated target, ready to paste (the local transport: no SSH)."""
+    return (f"hosts:\n  {name}:\n    address: local\n    repo: {repo}\n    python: {python}\n"
+            f"    gpus: {gpus}\n    arch: {arch}")
+
+
+def _inventory(path: Path) -> Inventory:
+    # No hosts.yaml ships (no host works everywhere): say how to make one rather than "file not found".
+    if not path.is_file():
+        raise ConfigError("no host inventory here", file=path.absolute(), hint=missing_inventory_hint())
+    return load_inventory(path)
+
+
+def _open_store(results_dir: Path | None, announce: bool) -> ResultsStore:
+    """The results store: --results-dir, else the default that does not depend on the current folder."""
+    store = ResultsStore((results_dir or default_results_dir()).absolute())
+    if announce:
+        out.print(f"results: {store.root}", highlight=False)
+    return store
+
+
+def _results_dir_arg(results_dir: Path | None) -> str:
+    # A later `harness compare` finds the default by itself; only a chosen folder needs repeating.
+    return f" --results-dir {results_dir.absolute()}" if results_dir is not None else ""
 
 
 def _pick_host(hosts: dict[str, HostConfig], name: str | None, hosts_path: Path) -> tuple[str, HostConfig]:

@@ -102,11 +102,8 @@ class SweepProgress(AttemptProgress):
                 del self.by_host[host]
             for lbl in [lbl for lbl in self.rows if lbl.startswith(record.experiment + "#")]:
                 del self.rows[lbl]
-        detail = ""
-        if record.verdict is not None:
-            detail = f" ({record.verdict.category})"
-        elif record.status != Status.OK and record.error:
-            detail = f" ({record.error.strip().splitlines()[0][:100]})"
+        detail = outcome_detail(record)
+        detail = f" ({detail})" if detail else ""
         style = STATUS_STYLE.get(record.status, "magenta")
         self.console.print(f"{escape(host)}: {escape(label)} → [{style}]{record.status}[/]{escape(detail)}",
                            highlight=False)
@@ -124,6 +121,30 @@ class SweepProgress(AttemptProgress):
             eta = f", about {_fmt_duration(eta_s)} left" if eta_s is not None and left else ""
             self.console.print(f"-- {done} done ({failed} not ok), {left} left of {self.total}{eta}",
                                highlight=False, markup=False)
+
+
+def outcome_detail(record: Record, limit: int = 160) -> str:
+    """What the progress line adds to an attempt's status: the cause, in words the status does not already say
+    (a hang's category is "hung": its phase says more)."""
+    status = Status(record.status).value
+    if record.verdict is not None:
+        if record.verdict.category != status:
+            return record.verdict.category
+        return f"stuck in {record.verdict.phase}" if record.verdict.phase else ""
+    if record.status == Status.OK or not record.error:
+        return ""
+    first = record.error.strip().splitlines()[0].strip()
+    if first.lower() in (status, status + ":"):
+        return ""
+    return _elide_middle(first, limit)
+
+
+def _elide_middle(text: str, limit: int) -> str:
+    # The middle, not the end: a message's end is where git's reason or the key fact sits.
+    if len(text) <= limit:
+        return text
+    keep = limit - 1
+    return text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2):]
 
 
 def _fmt_duration(seconds: float) -> str:

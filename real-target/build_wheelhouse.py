@@ -74,7 +74,7 @@ PLATFORMS = (
 )
 
 # Members dropped from a wheel (normalized distribution name → fnmatch patterns; `*` crosses `/`). Only
-# what ../shared's measured run on an H200 showed the serving path does not load. Every pattern must
+# what the team's measured run on an H200 (2026-11-30) showed the serving path does not load. Every pattern must
 # match something: a renamed file in a new release fails the build instead of slipping through unslimmed.
 SLIM: dict[str, tuple[str, ...]] = {
     "sglang_kernel": (

@@ -9,8 +9,8 @@ tokenizer of 4096 tokens, trained here, offline, on the first 40 modules of Pyth
 There are no weights: `--load-format dummy` makes SGLang fill them with seeded random values, which is
 enough to exercise attention backends, the KV cache and the benchmark path.
 
-Needs `tokenizers` and `transformers` (the GPU host's image has both). Adapted from the project's shared
-notes (../shared/real-target/make_tiny_mla_model.py, 2026-11-30): same config and tokenizer.
+Needs `tokenizers` and `transformers` (the GPU host's image has both). Adapted from the script of the
+team's live-server work on an H200 (2026-11-30): same config and tokenizer.
 """
 
 from __future__ import annotations

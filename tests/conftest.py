@@ -20,6 +20,13 @@ PROJECT = Path(__file__).resolve().parents[1]
 PATCHES = PROJECT / "patches"
 
 
+@pytest.fixture(autouse=True)
+def _results_in_tmp(tmp_path, monkeypatch) -> None:
+    """A command run without --results-dir writes to the default results folder (the checkout's `results/`
+    when run from one): point it at the test's own folder, as the old cwd-relative default did."""
+    monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> SSHServer:
     if not (shutil.which("sshd") or Path("/usr/sbin/sshd").exists()):

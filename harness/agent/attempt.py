@@ -14,7 +14,7 @@ from typing import Any, Optional
 from ..protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
 from . import watchdog
 from .bench import Load
-from .errors import Aborted, StageFailed
+from .errors import Aborted, StageFailed, abort_message
 from .gpu import query_gpus, wait_gpu_release
 from .link import Link
 from .lock import RepoLock
@@ -87,7 +87,7 @@ class Attempt:
 
     def fail(self, exc: BaseException) -> None:
         if isinstance(exc, Aborted):
-            self.result.update(status=Status.ABORTED.value, error="attempt aborted: %s" % exc)
+            self.result.update(status=Status.ABORTED.value, error=abort_message(str(exc)))
         elif isinstance(exc, StageFailed):
             self.result.update(status=exc.status, error=exc.message, **exc.details)
         else:

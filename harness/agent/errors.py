@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+# The link's reasons for stopping (`abort_reason` in the record), in words; the status already says "aborted".
+ABORT_REASONS = {
+    "controller-abort": "stopped by the controller (Ctrl-C, SIGTERM or SIGHUP there, or a cancelled attempt)",
+    "controller-gone": "the controller went away (its connection closed); the dead man's switch stopped it",
+    "controller-silent": "no word from the controller within heartbeat_timeout (controller-silent); "
+                         "the dead man's switch stopped it",
+}
+
 
 class Aborted(Exception):
     """The controller asked to stop, went silent or went away, or the attempt's budget is spent."""
@@ -18,3 +26,10 @@ class StageFailed(Exception):
         self.status = status
         self.message = message
         self.details = details
+
+
+def abort_message(reason: str) -> str:
+    """The record's `error` for an aborted attempt: the reason in words, without repeating "aborted"."""
+    if reason.startswith("signal "):
+        return "the agent received %s and stopped" % reason
+    return ABORT_REASONS.get(reason, reason)

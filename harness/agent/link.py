@@ -64,7 +64,7 @@ class Link:
                 except ValueError:
                     continue
                 if msg.get("cmd") == "abort":
-                    self.abort("aborted")
+                    self.abort("controller-abort")
                 elif msg.get("cmd") == "ping" and msg.get("echo") is not None:
                     self.send(Pong(echo=msg["echo"], host_time=time.time()))
             self.abort("controller-gone")

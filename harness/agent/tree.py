@@ -31,6 +31,16 @@ BACKUP = "backup"  # under .git/harness/: the raw bytes of every tracked file th
 UNVERIFIED = "revert-unverified"  # journal state: its agent reverted and the tree still differs
 
 
+def git_reason(stderr: str) -> str:
+    """Git's own reason for a failure, for the message's first line (the one progress and summaries show):
+    its first `error:` line (`patch failed: path:12`), else its first non-empty line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    return lines[0] if lines else "git gave no reason"
+
+
 class Git:
     def __init__(self, repo: str) -> None:
         self.repo = repo
@@ -282,8 +292,9 @@ class Tree:
             if p.returncode != 0:
                 culprit, err = patches[k - 1], p.stderr
                 break
-        return "patch set %s, %s does not apply to %s at %s:\n%s" % (
-            culprit.set, culprit.name, self.repo, head[:12], err.decode(errors="replace").strip()[-3000:])
+        text = err.decode(errors="replace").strip()
+        return "patch set %s, %s does not apply to %s at %s: %s\n%s" % (
+            culprit.set, culprit.name, self.repo, head[:12], git_reason(text), text[-3000:])
 
     # ------------------------------------------------------------------ apply
 
@@ -315,7 +326,8 @@ class Tree:
         if plan["patch_paths"]:
             p = self.git("apply", "--whitespace=nowarn", *plan["patch_paths"], check=False)
             if p.returncode != 0:
-                raise StageFailed("apply-failed", "git apply failed:\n" + p.stderr.decode(errors="replace")[-3000:])
+                text = p.stderr.decode(errors="replace").strip()
+                raise StageFailed("apply-failed", "git apply failed: %s\n%s" % (git_reason(text), text[-3000:]))
         for entry in plan["files"]:
             dest = os.path.join(self.repo, entry.path)
             os.makedirs(os.path.dirname(dest), exist_ok=True)

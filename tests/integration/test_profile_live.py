@@ -128,7 +128,7 @@ def test_cancel_during_the_profile_keeps_the_finished_benchmark(tmp_path, sim_ta
     assert time.monotonic() - t0 < 60
     rec = load_record(next((tmp_path / "results").rglob("record.json")))
     assert rec.status == "ok" and rec.is_final() and rec.metrics["bs1"]["median_itl_ms"] > 0
-    assert rec.abort_reason == "aborted" and rec.profile_error.startswith("the profile stage was stopped")
+    assert rec.abort_reason == "controller-abort" and rec.profile_error.startswith("the profile stage was stopped")
     assert rec.revert is not None and rec.revert.verified
     assert not list((tmp_path / "results").rglob("record.partial.json"))
 

@@ -244,6 +244,8 @@ def test_patch_that_does_not_apply_changes_nothing_and_leaves_no_journal(repo, t
     result = Attempt(spec_for(repo, tmp_path, [good, stale]), RecordingLink()).run()
     assert result["status"] == "apply-failed"
     assert "0001.patch" in result["error"] and "0000.patch" not in result["error"].split("does not apply")[0]
+    first = result["error"].splitlines()[0]  # what progress lines and summaries show: git's reason is on it
+    assert first.endswith(": patch failed: pkg/server.py:1"), first
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 

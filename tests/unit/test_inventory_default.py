@@ -1,0 +1,61 @@
+"""A newcomer's default path: no shipped inventory names a host that cannot be reached; without one, the
+commands that need it say what to do."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app, sim_host_entry
+from harness.config import load_inventory
+from harness.project import missing_inventory_hint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tracked(path: str) -> bool:
+    p = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--error-unmatch", path], capture_output=True)
+    return p.returncode == 0
+
+
+def test_no_inventory_is_shipped_only_an_example_that_validates():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert not tracked("hosts.yaml")  # a default sweep would go to hosts nobody has
+    assert tracked("hosts.example.yaml")
+    example = load_inventory(ROOT / "hosts.example.yaml")
+    assert "gpu-box" in example.hosts
+    assert "hosts.example.yaml" in (ROOT / "README.md").read_text()  # documented
+
+
+@pytest.mark.parametrize("command", [["status"], ["recover", "box"]])
+def test_a_command_without_an_inventory_says_what_to_do(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, command)
+    assert res.exit_code == 2, res.output
+    assert f"{tmp_path / 'hosts.yaml'}: no host inventory here" in res.output
+    assert "hosts.example.yaml" in res.output and "harness demo" in res.output and "harness sim init" in res.output
+
+
+def test_run_without_an_inventory_says_what_to_do(tmp_path, monkeypatch):
+    (tmp_path / "patches").mkdir()
+    exp = tmp_path / "e.yaml"
+    exp.write_text("model: {path: /m}\n")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["run", str(exp)])
+    assert res.exit_code == 2 and "no host inventory here" in res.output, res.output
+
+
+def test_the_hint_without_a_checkout_points_at_the_readme(tmp_path):
+    hint = missing_inventory_hint(tmp_path / "site-packages" / "harness")
+    assert "README" in hint and "hosts.example.yaml" not in hint
+
+
+def test_the_sim_init_entry_is_a_valid_inventory(tmp_path):
+    f = tmp_path / "hosts.yaml"
+    f.write_text(sim_host_entry("sim", "/tmp/harness-sim", "/tmp/harness-sim/.venv/bin/python", 8, "sm90") + "\n")
+    host = load_inventory(f).hosts["sim"]
+    assert (host.address, host.repo, host.gpus, host.arch) == ("local", "/tmp/harness-sim", 8, "sm90")

@@ -1,0 +1,85 @@
+"""The words a user reads first: `--version`, an attempt's one-line cause on the progress line, an apply
+failure's first line (git's reason on it, not after a dangling colon) and an abort's reason."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harness import __version__
+from harness.agent.errors import abort_message
+from harness.agent.tree import git_reason
+from harness.cli import app
+from harness.progress import SweepProgress, outcome_detail
+from harness.results import Record
+
+GIT_APPLY_STDERR = ("Checking patch python/sglang/srt/layers/attention/flashinfer_mla_backend.py...\n"
+                    "error: patch failed: python/sglang/srt/layers/attention/flashinfer_mla_backend.py:412\n"
+                    "error: python/sglang/srt/layers/attention/flashinfer_mla_backend.py: patch does not apply\n")
+
+
+def record(**kw) -> Record:
+    base = dict(run_id="r", experiment="e", attempt="01", host="h", status="ok")
+    base.update(kw)
+    return Record(**base)
+
+
+def progress_line(rec: Record) -> str:
+    buf = io.StringIO()
+    SweepProgress(Console(file=buf, width=400), total=1).attempt_finished("sim-h200", "e r1", rec)
+    return buf.getvalue().strip()
+
+
+def test_version_prints_and_exits_0():
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == f"harness {__version__}"
+
+
+def test_git_reason_is_the_first_error_line_without_its_prefix():
+    assert git_reason(GIT_APPLY_STDERR) == ("patch failed: "
+                                            "python/sglang/srt/layers/attention/flashinfer_mla_backend.py:412")
+    assert git_reason("fatal: corrupt patch at line 7\n") == "fatal: corrupt patch at line 7"
+    assert git_reason("") == "git gave no reason"
+
+
+def test_an_apply_failure_ends_its_progress_line_with_gits_reason_not_a_colon():
+    error = ("patch set flashinfer_mla_fp8, 0001-plan-fp8.patch does not apply to /root/sglang at 0123456789ab: "
+             + git_reason(GIT_APPLY_STDERR) + "\n" + GIT_APPLY_STDERR)
+    line = progress_line(record(status="apply-failed", error=error))
+    assert line.endswith("flashinfer_mla_backend.py:412)"), line
+    assert "0001-plan-fp8.patch" in line and not line.endswith(":)")
+
+
+def test_a_long_first_line_is_cut_in_the_middle_so_the_reason_at_its_end_stays():
+    error = "patch set s, p.patch does not apply to /" + "very/" * 60 + "deep at abc: patch failed: x.py:3"
+    detail = outcome_detail(record(status="apply-failed", error=error))
+    assert len(detail) <= 160 and "…" in detail
+    assert detail.startswith("patch set s, p.patch") and detail.endswith("patch failed: x.py:3")
+
+
+def test_a_hang_says_where_it_stuck_not_hung_twice():
+    rec = record(status="hung", verdict={"category": "hung", "key_line": "Init torch distributed begin.",
+                                         "phase": "distributed-init", "hint": None})
+    line = progress_line(rec)
+    assert "hung (hung)" not in line and line.endswith("→ hung (stuck in distributed-init)"), line
+    no_phase = record(status="hung", verdict={"category": "hung", "key_line": None, "phase": None, "hint": None})
+    assert progress_line(no_phase).endswith("→ hung")
+
+
+def test_a_crash_shows_its_category():
+    rec = record(status="crashed", verdict={"category": "oom", "key_line": "CUDA out of memory", "phase": "warmup",
+                                            "hint": None})
+    assert progress_line(rec).endswith("→ crashed (oom)")
+
+
+def test_an_abort_says_why_once():
+    for reason in ("controller-abort", "controller-gone", "controller-silent", "signal 15",
+                   "the attempt's time budget of 60s is spent"):
+        error = abort_message(reason)
+        line = progress_line(record(status="aborted", error=error, abort_reason=reason))
+        assert line.count("abort") == 1, line  # the status word only, and the reason in other words
+    assert "controller-silent" in abort_message("controller-silent")  # the token stays greppable
+    assert abort_message("signal 15") == "the agent received signal 15 and stopped"
