@@ -4,11 +4,13 @@ import csv
 import io
 import json
 import statistics
+import sys
 
 import pytest
 
 from harness.metrics import KEY_METRICS
-from harness.report import build_rows, columns, lower_is_better, table_rows, to_csv, to_json, to_markdown
+from harness.report import (build_rows, columns, lower_is_better, mann_whitney_p, table_rows, to_csv, to_json,
+                            to_markdown)
 from harness.results import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
@@ -107,7 +109,7 @@ def test_top_op_from_profiles_and_records_without_one():
 
 # ============================================================================ the markers a user reads
 # Judged from the rendered tables (markdown, and the cells the terminal table prints), with the
-# significance of each case checked here with scipy directly, not with the code under test.
+# significance of each case taken from scipy's own p-values (hard-coded below), not from the code under test.
 
 METRICS = ["median_itl_ms", "output_throughput"]  # lower is better; higher is better
 BASE = [10.0, 10.1, 9.9, 10.2, 9.8, 10.05]  # six repeats of the baseline
@@ -119,10 +121,27 @@ def scaled(samples, factor, metric):
     return [round(v * factor * unit, 4) for v in samples]
 
 
-def two_sided_p(a, b):
-    from scipy.stats import mannwhitneyu
+def order_pattern(a, b):
+    """The merged order of two samples, value by value: (how many of a, how many of b) per distinct value. A rank
+    test's p-value depends on nothing else, so one reference p serves every scaling of the same data."""
+    return tuple((a.count(v), b.count(v)) for v in sorted(set(a) | set(b)))
 
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+A, B, AB = (1, 0), (0, 1), (1, 1)
+# scipy 1.17.1: scipy.stats.mannwhitneyu(a, b, alternative="two-sided").pvalue for the data sets of the tests below.
+SCIPY_TWO_SIDED_P = {
+    (A,) * 6 + (B,) * 6: 0.0021645021645021645,  # six against six, no overlap (exact)
+    (B,) * 6 + (A,) * 6: 0.0021645021645021645,
+    (B, B, A, A, B, B, B, A, A, B, A, A): 0.24025974025974026,  # OVERLAPPING against BASE (exact)
+    (A,) * 3 + (B,) * 3: 0.1,  # three against three, no overlap (exact): the best p there is
+    (B,) * 3 + (A,) * 3: 0.1,
+    ((0, 10), (10, 0), AB, (0, 10), (10, 0)): 0.010086582938911307,  # same median, other spread (ties: normal)
+    ((0, 5), (5, 0)): 0.003976751709788651,  # [100] * 5 against [150] * 5 (ties: normal)
+}
+
+
+def two_sided_p(a, b):
+    return SCIPY_TWO_SIDED_P[order_pattern(a, b)]
 
 
 def rendered_markers(records, metric):
@@ -321,3 +340,41 @@ def test_the_baseline_is_not_compared_with_itself_in_csv_and_json():
     assert float(fast["bs1.ratio"]) == pytest.approx(1.5) and fast["bs1.verdict"] == "better"
     cell = json.loads(to_json(rows, "output_throughput"))["rows"][0]["cells"]["bs1"]
     assert (cell["ratio"], cell["p_value"], cell["verdict"]) == (None, None, "n/a")
+
+
+# ============================================================================ the Mann-Whitney test itself
+# Reference p-values computed with scipy 1.17.1: float(scipy.stats.mannwhitneyu(a, b, alternative="two-sided",
+# method=method).pvalue). Exact where scipy is exact (no ties, a side of at most 8), normal otherwise.
+
+MWU_REFERENCES = [
+    # a, b, method, scipy's p
+    ([150, 149, 151, 152, 153], [100, 101, 99, 102, 98], "auto", 0.007936507936507936),  # 5 v 5 apart: exact
+    ([1.1, 2.3, 3.7, 5.2], [0.9, 2.0, 2.9, 4.1, 4.8, 6.0, 7.3], "auto", 0.6484848484848484),  # 4 v 7 interleaved
+    ([10.5, 11.2, 12.9], list(range(1, 13)), "auto", 0.03076923076923077),  # 3 v 12: exact (one side <= 8)
+    ([1, 3, 5, 7, 9, 11, 13, 15], [2, 4, 6, 8, 10, 12, 14, 16.5, 17.5], "auto", 0.4807075277663513),  # 8 v 9: exact
+    ([1, 3, 5, 7, 9, 11, 13, 15, 21], [2, 4, 6, 8, 10, 12, 14, 16.5, 17.5], "auto", 0.7910815129207817),  # 9 v 9
+    ([x * 1.01 for x in range(10)], [x + 3.5 for x in range(12)], "auto", 0.011129227614007952),  # 10 v 12: normal
+    ([10, 11, 12, 13, 14], [12, 15, 16, 17, 18, 19], "auto", 0.02810006355731762),  # one tied pair: normal
+    ([1, 1, 2, 2, 3, 3], [2, 3, 3, 4, 4, 4], "auto", 0.03830311920937907),  # many ties
+    ([150] * 5, [100] * 5, "auto", 0.003976751709788651),  # every value tied within its side
+    ([1, 4, 5, 8], [2, 3, 6, 7], "auto", 1.0),  # U = n1*n2/2: twice the tail is over 1, clipped
+    ([x * 1.01 for x in range(10)], [x + 3.5 for x in range(12)], "exact", 0.00895698728516066),
+    ([1.1, 2.3, 3.7, 5.2], [0.9, 2.0, 2.9, 4.1, 4.8, 6.0, 7.3], "asymptotic", 0.6366016325636008),
+    ([10, 11, 12, 13, 14], [12, 15, 16, 17, 18, 19], "exact", 0.030303030303030304),  # ties, exact as scipy does
+]
+
+
+@pytest.mark.parametrize("a, b, method, expected", MWU_REFERENCES)
+def test_mann_whitney_p_matches_scipy(a, b, method, expected):
+    assert mann_whitney_p(a, b, method) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    assert mann_whitney_p(b, a, method) == pytest.approx(expected, rel=1e-12, abs=1e-15)  # two-sided: symmetric
+
+
+def test_mann_whitney_p_without_any_spread_is_one():
+    assert mann_whitney_p([3.0] * 4, [3.0] * 6) == 1.0  # scipy gives nan here
+
+
+def test_the_test_needs_no_scipy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)  # any `import scipy...` now fails
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)
+    assert mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(0.02857142857142857)  # scipy: 2 / C(8, 4)
