@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -56,12 +57,24 @@ class Row:
     cells: dict[str, Cell] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     is_baseline: bool = False
+    expected: bool = False  # it crashed or hung, and the experiment said it would (`expect`)
 
 
 def lower_is_better(metric: str) -> bool:
     """Of the metrics a record keeps (metrics.KEY_METRICS): the latencies (every one ends in `_ms`) and the
     benchmark's duration; throughputs and counts are higher-is-better."""
     return metric.endswith("_ms") or metric == "duration"
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a metric a record keeps (SGLang's bench_serving names: metrics.KEY_METRICS)."""
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric == "request_throughput":
+        return "req/s"
+    if metric.endswith("_throughput"):
+        return "tok/s"
+    return {"duration": "s", "completed": "requests", "total_output_tokens": "tokens"}.get(metric, "")
 
 
 def gpu_of(rec: Record) -> str | None:
@@ -110,6 +123,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
     failing = [r for r in recs if r.status == status] if status != Status.OK else []
     if failing:
         f = failing[-1]
+        row.expected = bool(f.expectation_met) and f.expect in ("crash", "hang")
         row.category = f.verdict.category if f.verdict else None
         if f.verdict and f.verdict.category == "hung":
             row.key_line = f"no progress in {f.verdict.phase}" if f.verdict.phase else "no progress"
@@ -119,6 +133,8 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
             row.key_line = f.error.strip().splitlines()[0]
     if ok and len(ok) < len(recs):
         row.notes.append(f"{len(recs) - len(ok)} of {len(recs)} attempts not ok")
+    if ok and ok[-1].expect in ("crash", "hang"):
+        row.notes.append(f"expected {ok[-1].expect}, ran ok")
     tops = [r.profile.top for r in ok if r.profile is not None and r.profile.top]
     if tops:
         first = tops[-1][0]
@@ -150,7 +166,10 @@ def _cell(samples: list[float]) -> Cell:
 def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
     if not rows:
         return
-    candidates = [r for r in rows if baseline in (r.label, r.experiment)] if baseline else rows[:1]
+    if baseline:
+        candidates = [r for r in rows if baseline in (r.label, r.experiment)]
+    else:  # the first row that measured the metric: a crashed one would leave nothing to compare with
+        candidates = [next((r for r in rows if measured(r)), rows[0])]
     if any(r.status == Status.OK for r in candidates):  # a baseline that never ran measures nothing
         candidates = [r for r in candidates if r.status == Status.OK]
     if not candidates:
@@ -185,7 +204,26 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
                 cell.verdict = "same"
             else:
                 better = cell.ratio < 1 if lower else cell.ratio > 1
-                cell.verdict = "better" if better else "worse"
+                # equal medians: the spread differs, the typical run does not
+                cell.verdict = "better" if better else "worse" if cell.ratio != 1 else "same"
+
+
+def measured(row: Row) -> bool:
+    """The row ran and has samples of the metric in some case."""
+    return row.status == Status.OK and any(c.n for c in row.cells.values())
+
+
+def metric_names(records: list[Record]) -> list[str]:
+    """The metrics `compare` can show for these records: those measured, and every one a record keeps."""
+    from .metrics import KEY_METRICS
+
+    seen = {m for r in records for case in r.metrics.values() for m in case.get("samples", {})}
+    return sorted(seen | set(KEY_METRICS))
+
+
+def baseline_names(rows: list[Row]) -> list[str]:
+    """What `--baseline` accepts: an experiment, or a row's label (run:experiment, experiment @ GPU)."""
+    return sorted({r.experiment for r in rows} | {r.label for r in rows})
 
 
 def mann_whitney_p(a: list[float], b: list[float], method: str = "auto") -> float:
@@ -261,7 +299,10 @@ def ratio_text(cell: Cell, is_baseline: bool) -> str:
         return "baseline"
     if cell.ratio is None:
         return "-"
-    return f"{cell.ratio:.2f}x {cell.marker}".strip()
+    text = f"{cell.ratio:.2f}x"
+    # ▲/▼ next to "1.00x" would claim a change the reader cannot see (under 0.5 %: it rounds away)
+    marker = "" if text == "1.00x" and cell.verdict in ("better", "worse") else cell.marker
+    return f"{text} {marker}".strip()
 
 
 def status_text(row: Row) -> str:
@@ -270,14 +311,41 @@ def status_text(row: Row) -> str:
     s = row.status.value
     if row.category and row.category != row.status.value:
         s += f": {row.category}"
-    return s
+    return f"as expected ({s})" if row.expected else s
 
 
-def columns(rows: list[Row]) -> list[str]:
+KEY_LINE_MAX = 120
+_ERROR_NAME = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b")
+
+
+def short_key_line(line: str, limit: int = KEY_LINE_MAX) -> str:
+    """A key line of at most `limit` characters that keeps the exception and its message: what comes before
+    the last exception name (a logger prefix, a path) goes first, then the end of the message; a line
+    without an exception name loses its middle."""
+    if len(line) <= limit:
+        return line
+    names = list(_ERROR_NAME.finditer(line))
+    if names:
+        tail = line[names[-1].start():]
+        return "…" + tail if len(tail) < limit else tail[:limit - 1] + "…"
+    half = (limit - 1) // 2
+    return line[:half] + "…" + line[len(line) - (limit - 1 - half):]
+
+
+def mixed_gpus(rows: list[Row]) -> bool:
+    return len({r.gpu for r in rows if r.gpu}) > 1
+
+
+def value_header(case: str, metric: str) -> str:
+    unit = metric_unit(metric)
+    return f"{case} median ± CV" + (f", {unit}" if unit else "")
+
+
+def columns(rows: list[Row], metric: str = "") -> list[str]:
     cases = sorted({c for r in rows for c in r.cells})
-    cols = ["experiment", "backend", "status"]
+    cols = ["experiment", "backend"] + (["GPU"] if mixed_gpus(rows) else []) + ["status"]
     for c in cases:
-        cols += [c, f"{c} vs base"]
+        cols += [value_header(c, metric), f"{c} vs base"]
     if any(r.top_op for r in rows):
         cols.append("top op")
     return cols + ["notes"]
@@ -289,8 +357,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     for r in rows:
         notes = list(r.notes)
         if r.key_line:
-            notes.insert(0, r.key_line[:120] + ("…" if len(r.key_line) > 120 else ""))
-        line = [r.label, r.backend or "-", status_text(r)]
+            notes.insert(0, short_key_line(r.key_line))
+        line = [r.label, r.backend or "-"] + ([r.gpu or "-"] if mixed_gpus(rows) else []) + [status_text(r)]
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell_text(cell), ratio_text(cell, r.is_baseline)]
@@ -302,7 +370,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
 
 
 def to_markdown(rows: list[Row], metric: str) -> str:
-    cols = columns(rows)
+    cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
              f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -315,13 +383,14 @@ def to_csv(rows: list[Row]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     cases = sorted({c for r in rows for c in r.cells})
-    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok"]
+    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok",
+            "as_expected"]
     for c in cases:
         head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
     w.writerow(head + ["top_op", "notes"])
     for r in rows:
         line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
-                              r.key_line, r.attempts, r.ok]
+                              r.key_line, r.attempts, r.ok, r.expected]
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
