@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
-from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
