@@ -236,6 +236,8 @@ def mann_whitney_p(a: list[float], b: list[float], method: str = "auto") -> floa
 
     method "auto" is scipy's choice: the exact null distribution when there are no ties and either side has
     at most 8 values, else the normal approximation with tie correction."""
+    if method not in ("auto", "exact", "asymptotic"):
+        raise ValueError(f"method {method!r}: auto, exact or asymptotic")
     if len(set(a) | set(b)) == 1:  # no spread at all: scipy gives nan; nothing differs
         return 1.0
     n1, n2 = len(a), len(b)
@@ -243,9 +245,8 @@ def mann_whitney_p(a: list[float], b: list[float], method: str = "auto") -> floa
     u1 = sum((x > y) + 0.5 * (x == y) for x in a for y in b)
     u = max(u1, n1 * n2 - u1)  # the larger U: its upper tail, doubled, is the two-sided p
     ties = [t for t in Counter(a + b).values() if t > 1]
-    if method == "auto":
-        method = "asymptotic" if (n1 > 8 and n2 > 8) or ties else "exact"
-    p = _exact_sf(int(u), n1, n2) if method == "exact" else _normal_sf(u, n1, n2, ties)
+    exact = method == "exact" or (method == "auto" and not ties and (n1 <= 8 or n2 <= 8))
+    p = _exact_sf(int(u), n1, n2) if exact else _normal_sf(u, n1, n2, ties)
     return min(1.0, 2 * p)
 
 

@@ -120,8 +120,11 @@ def _footnotes(rows: list[report.Row]) -> dict[str, int]:
     return {label: i for i, label in enumerate(numbered, 1)}
 
 
-def _comparison_cells(rows: list[report.Row], metric: str, one_row_per_case: bool) -> tuple[list[str], list[list[str]]]:
-    """The headers and rows of the terminal table, unwrapped. The notes are footnote numbers after the
+Lines = list[tuple[report.Row, list[str]]]  # each line of the table, and the row it belongs to
+
+
+def _comparison_cells(rows: list[report.Row], metric: str, one_row_per_case: bool) -> tuple[list[str], Lines]:
+    """The headers and lines of the terminal table, unwrapped. The notes are footnote numbers after the
     status (printed below the table by `print_comparison`)."""
     cases = sorted({c for r in rows for c in r.cells})
     mixed, tops, notes = report.mixed_gpus(rows), any(r.top_op for r in rows), _footnotes(rows)
@@ -132,7 +135,7 @@ def _comparison_cells(rows: list[report.Row], metric: str, one_row_per_case: boo
         body = [h for c in cases for h in (report.value_header(c, metric), f"{c} vs base")]
     headers = head + body + (["top op"] if tops else [])
     empty = report.Cell(None, None, 0, [])
-    lines: list[list[str]] = []
+    lines: Lines = []
     for r in rows:
         status = report.status_text(r) + (f" [{notes[r.label]}]" if r.label in notes else "")
         label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
@@ -140,19 +143,19 @@ def _comparison_cells(rows: list[report.Row], metric: str, one_row_per_case: boo
         end = [r.top_op or "-"] if tops else []
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
-            lines.append(start + [x for _, cell in cells for x in (report.cell_text(cell),
-                                                                    report.ratio_text(cell, r.is_baseline))] + end)
+            lines.append((r, start + [x for _, cell in cells for x in (report.cell_text(cell),
+                                                                        report.ratio_text(cell, r.is_baseline))] + end))
             continue
         for i, (c, cell) in enumerate(cells or [("-", empty)]):
             blank = i > 0  # the experiment's own columns on its first line only
-            lines.append(([""] * len(start) if blank else start)
-                         + [c, report.cell_text(cell), report.ratio_text(cell, r.is_baseline)]
-                         + ([""] * len(end) if blank else end))
+            lines.append((r, ([""] * len(start) if blank else start)
+                          + [c, report.cell_text(cell), report.ratio_text(cell, r.is_baseline)]
+                          + ([""] * len(end) if blank else end)))
     return headers, lines
 
 
-def _column_widths(headers: list[str], lines: list[list[str]], width: int) -> list[int] | None:
-    extents = [_extent([h] + [line[i] for line in lines], h in NAME_COLUMNS) for i, h in enumerate(headers)]
+def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | None:
+    extents = [_extent([h] + [line[i] for _, line in lines], h in NAME_COLUMNS) for i, h in enumerate(headers)]
     # each column: 2 cells of padding, and a border between two columns (none at the edges: show_edge=False)
     return fit_widths([lo for lo, _ in extents], [hi for _, hi in extents], width - 3 * len(headers) + 1)
 
@@ -177,22 +180,13 @@ def comparison_table(rows: list[report.Row], metric: str, width: int) -> Table:
         # fold: only when even the longest word does not fit (rich's own squeeze); better cut than hidden
         table.add_column(h, justify="right" if "median" in h else "left", overflow="fold",
                          width=widths[i] if widths else None)
-    styles = {r.label: "green" if r.expected else "" if r.status == Status.OK else "red" for r in rows}
     status = headers.index("status")
-    for line, row in zip(lines, _line_rows(rows, lines)):
+    for row, line in lines:
         cells = [breakable(x, widths[i]) if widths and h in NAME_COLUMNS else x
                  for i, (h, x) in enumerate(zip(headers, line))]
-        table.add_row(*[Text(x, style=styles[row.label] if i == status else "") for i, x in enumerate(cells)])
+        style = "green" if row.expected else "" if row.status == Status.OK else "red"
+        table.add_row(*[Text(x, style=style if i == status else "") for i, x in enumerate(cells)])
     return table
-
-
-def _line_rows(rows: list[report.Row], lines: list[list[str]]) -> list[report.Row]:
-    """The row each table line belongs to (the compact layout has several lines per row)."""
-    out: list[report.Row] = []
-    it = iter(rows)
-    for line in lines:
-        out.append(next(it) if line[0] else out[-1])
-    return out
 
 
 def print_comparison(out: Console, rows: list[report.Row], metric: str, *, chosen: bool = False) -> None:

@@ -2,7 +2,9 @@
 
 import csv
 import io
+import itertools
 import json
+import math
 import re
 import statistics
 import sys
@@ -379,6 +381,22 @@ MWU_REFERENCES = [
 def test_mann_whitney_p_matches_scipy(a, b, method, expected):
     assert mann_whitney_p(a, b, method) == pytest.approx(expected, rel=1e-12, abs=1e-15)
     assert mann_whitney_p(b, a, method) == pytest.approx(expected, rel=1e-12, abs=1e-15)  # two-sided: symmetric
+
+
+def test_mann_whitney_p_refuses_a_method_it_does_not_know():
+    with pytest.raises(ValueError, match=r"^method 'exakt': auto, exact or asymptotic$"):
+        mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8], "exakt")
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (1, 4), (3, 3), (4, 2), (4, 6)])
+def test_the_exact_u_distribution_counts_every_ordering(m, n):
+    # Brute force: every way to place the m values of one sample among m + n untied ranks, and its U.
+    from harness.report import _u_counts
+
+    expected = [0] * (m * n + 1)
+    for ranks in itertools.combinations(range(m + n), m):
+        expected[sum(ranks) - m * (m - 1) // 2] += 1  # U = rank sum - m(m+1)/2, with ranks from 1
+    assert _u_counts(m, n) == expected and sum(expected) == math.comb(m + n, m)
 
 
 def test_mann_whitney_p_without_any_spread_is_one():
