@@ -165,9 +165,7 @@ def comparison_table(rows: list[report.Row], metric: str, width: int) -> Table:
     cutting words, the compact layout with each bench case on a line of its own."""
     lower = "lower" if report.lower_is_better(metric) else "higher"
     unit = report.metric_unit(metric)
-    title = Text(f"{metric}{f' ({unit})' if unit else ''}, {lower} is better: the median over the repeats ± their "
-                 f"CV (n repeats); vs base: ▲ better ▼ worse ≈ not significant (Mann-Whitney, p ≥ {report.ALPHA}) "
-                 f"? too few samples; [n]: a note below")
+    title = Text(f"{metric}{f' ({unit})' if unit else ''}, {lower} is better")  # the legend is printed below
     table = Table(title=title, title_justify="left", show_edge=False)
     headers, lines = _comparison_cells(rows, metric, one_row_per_case=False)
     widths = _column_widths(headers, lines, width)
@@ -193,15 +191,19 @@ def print_comparison(out: Console, rows: list[report.Row], metric: str, *, chose
     """The table, then the numbered notes, then which row is the baseline. `chosen`: the harness picked the
     baseline, not the user."""
     out.print(comparison_table(rows, metric, out.width))
+    # soft_wrap=False: wrapped by words at the console's width, even on a console that soft-wraps (the CLI's)
+    out.print(Text(f"median ± CV: the median over the repeats ± their coefficient of variation (n repeats); "
+                   f"vs base: ▲ better ▼ worse ≈ not significant (Mann-Whitney, p ≥ {report.ALPHA}) ? too few "
+                   f"samples; [n]: a note below"), soft_wrap=False)
     notes = _footnotes(rows)
     for r in rows:
         text = ([report.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         if text:
-            out.print(Text(f"[{notes[r.label]}] {r.label}: " + "; ".join(text)))
+            out.print(Text(f"[{notes[r.label]}] {r.label}: " + "; ".join(text)), soft_wrap=False)
     base = [r.label for r in rows if r.is_baseline]
     if base:
         why = f" (the first row that measured {metric}; choose another with --baseline)" if chosen else ""
-        out.print(Text(f"baseline: {', '.join(base)}{why}"))
+        out.print(Text(f"baseline: {', '.join(base)}{why}"), soft_wrap=False)
 
 
 def show_outcomes(out: Console, outcomes: list[AttemptOutcome]) -> None:

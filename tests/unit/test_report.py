@@ -444,7 +444,7 @@ def render(rows, metric, width, chosen=False):
 
     from harness.views import print_comparison
 
-    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console = Console(width=width, file=io.StringIO(), color_system=None, soft_wrap=True)  # as the CLI's
     print_comparison(console, rows, metric, chosen=chosen)
     return console.file.getvalue()
 
