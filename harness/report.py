@@ -7,12 +7,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .protocol import Status
 from .results import Record
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ALPHA = 0.05
 NOISY_CV = 0.05
@@ -55,12 +61,24 @@ class Row:
     cells: dict[str, Cell] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     is_baseline: bool = False
+    expected: bool = False  # it crashed or hung, and the experiment said it would (`expect`)
 
 
 def lower_is_better(metric: str) -> bool:
     """Of the metrics a record keeps (metrics.KEY_METRICS): the latencies (every one ends in `_ms`) and the
     benchmark's duration; throughputs and counts are higher-is-better."""
     return metric.endswith("_ms") or metric == "duration"
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a metric a record keeps (SGLang's bench_serving names: metrics.KEY_METRICS)."""
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric == "request_throughput":
+        return "req/s"
+    if metric.endswith("_throughput"):
+        return "tok/s"
+    return {"duration": "s", "completed": "requests", "total_output_tokens": "tokens"}.get(metric, "")
 
 
 def gpu_of(rec: Record) -> str | None:
@@ -109,6 +127,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
     failing = [r for r in recs if r.status == status] if status != Status.OK else []
     if failing:
         f = failing[-1]
+        row.expected = bool(f.expectation_met) and f.expect in ("crash", "hang")
         row.category = f.verdict.category if f.verdict else None
         if f.verdict and f.verdict.category == "hung":
             row.key_line = f"no progress in {f.verdict.phase}" if f.verdict.phase else "no progress"
@@ -118,6 +137,8 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
             row.key_line = f.error.strip().splitlines()[0]
     if ok and len(ok) < len(recs):
         row.notes.append(f"{len(recs) - len(ok)} of {len(recs)} attempts not ok")
+    if ok and ok[-1].expect in ("crash", "hang"):
+        row.notes.append(f"expected {ok[-1].expect}, ran ok")
     tops = [r.profile.top for r in ok if r.profile is not None and r.profile.top]
     if tops:
         first = tops[-1][0]
@@ -149,7 +170,10 @@ def _cell(samples: list[float]) -> Cell:
 def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
     if not rows:
         return
-    candidates = [r for r in rows if baseline in (r.label, r.experiment)] if baseline else rows[:1]
+    if baseline:
+        candidates = [r for r in rows if baseline in (r.label, r.experiment)]
+    else:  # the first row that measured the metric: a crashed one would leave nothing to compare with
+        candidates = [next((r for r in rows if measured(r)), rows[0])]
     if any(r.status == Status.OK for r in candidates):  # a baseline that never ran measures nothing
         candidates = [r for r in candidates if r.status == Status.OK]
     if not candidates:
@@ -184,16 +208,74 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
                 cell.verdict = "same"
             else:
                 better = cell.ratio < 1 if lower else cell.ratio > 1
-                cell.verdict = "better" if better else "worse"
+                # equal medians: the spread differs, the typical run does not
+                cell.verdict = "better" if better else "worse" if cell.ratio != 1 else "same"
 
 
-def mann_whitney_p(a: list[float], b: list[float]) -> float:
-    """Two-sided Mann-Whitney U test (scipy): do the two sets of repeats differ?"""
-    from scipy.stats import mannwhitneyu
+def measured(row: Row) -> bool:
+    """The row ran and has samples of the metric in some case."""
+    return row.status == Status.OK and any(c.n for c in row.cells.values())
 
-    if len(set(a) | set(b)) == 1:
+
+def metric_names(records: list[Record]) -> list[str]:
+    """The metrics `compare` can show for these records: those measured, and every one a record keeps."""
+    from .metrics import KEY_METRICS
+
+    seen = {m for r in records for case in r.metrics.values() for m in case.get("samples", {})}
+    return sorted(seen | set(KEY_METRICS))
+
+
+def baseline_names(rows: list[Row]) -> list[str]:
+    """What `--baseline` accepts: an experiment, or a row's label (run:experiment, experiment @ GPU)."""
+    return sorted({r.experiment for r in rows} | {r.label for r in rows})
+
+
+def mann_whitney_p(a: list[float], b: list[float], method: str = "auto") -> float:
+    """Two-sided Mann-Whitney U test: do the two sets of repeats differ? scipy.stats.mannwhitneyu's p-value
+    (alternative="two-sided", continuity correction), in pure Python so that `compare` needs no scipy.
+
+    method "auto" is scipy's choice: the exact null distribution when there are no ties and either side has
+    at most 8 values, else the normal approximation with tie correction."""
+    if method not in ("auto", "exact", "asymptotic"):
+        raise ValueError(f"method {method!r}: auto, exact or asymptotic")
+    if len(set(a) | set(b)) == 1:  # no spread at all: scipy gives nan; nothing differs
         return 1.0
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    n1, n2 = len(a), len(b)
+    # U of `a`: the pairs it wins, ties counting half (the same as the rank-sum form, without ranks).
+    u1 = sum((x > y) + 0.5 * (x == y) for x in a for y in b)
+    u = max(u1, n1 * n2 - u1)  # the larger U: its upper tail, doubled, is the two-sided p
+    ties = [t for t in Counter(a + b).values() if t > 1]
+    exact = method == "exact" or (method == "auto" and not ties and (n1 <= 8 or n2 <= 8))
+    p = _exact_sf(int(u), n1, n2) if exact else _normal_sf(u, n1, n2, ties)
+    return min(1.0, 2 * p)
+
+
+def _u_counts(m: int, n: int) -> list[int]:
+    """How many of the C(m+n, m) orderings of two untied samples of sizes m and n give each U = 0..m*n:
+    the coefficients of the Gaussian binomial [m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i),
+    built factor by factor in exact integers (every partial product is itself a polynomial)."""
+    counts = [1] + [0] * (m * n)
+    for i in range(1, m + 1):
+        for u in range(m * n, n + i - 1, -1):  # times (1 - q^(n+i)); downwards reads the old values
+            counts[u] -= counts[u - n - i]
+        for u in range(i, m * n + 1):  # divided by (1 - q^i); upwards reads the new values
+            counts[u] += counts[u - i]
+    return counts
+
+
+def _exact_sf(u: int, n1: int, n2: int) -> float:
+    """P(U >= u) under the null hypothesis, from the exact distribution (no ties)."""
+    counts = _u_counts(min(n1, n2), max(n1, n2))
+    return sum(counts[u:]) / sum(counts)
+
+
+def _normal_sf(u: float, n1: int, n2: int, ties: list[int]) -> float:
+    """P(U >= u) by the normal approximation, with the tie correction and the continuity correction."""
+    n = n1 + n2
+    tie_term = sum(t ** 3 - t for t in ties)
+    sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
+    z = (u - n1 * n2 / 2 - 0.5) / sigma
+    return 0.5 * math.erfc(z / math.sqrt(2))
 
 
 def _short(v: object) -> str:
@@ -222,7 +304,10 @@ def ratio_text(cell: Cell, is_baseline: bool) -> str:
         return "baseline"
     if cell.ratio is None:
         return "-"
-    return f"{cell.ratio:.2f}x {cell.marker}".strip()
+    text = f"{cell.ratio:.2f}x"
+    # ▲/▼ next to "1.00x" would claim a change the reader cannot see (under 0.5 %: it rounds away)
+    marker = "" if text == "1.00x" and cell.verdict in ("better", "worse") else cell.marker
+    return f"{text} {marker}".strip()
 
 
 def status_text(row: Row) -> str:
@@ -231,14 +316,41 @@ def status_text(row: Row) -> str:
     s = row.status.value
     if row.category and row.category != row.status.value:
         s += f": {row.category}"
-    return s
+    return f"as expected ({s})" if row.expected else s
 
 
-def columns(rows: list[Row]) -> list[str]:
+KEY_LINE_MAX = 120
+_ERROR_NAME = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b")
+
+
+def short_key_line(line: str, limit: int = KEY_LINE_MAX) -> str:
+    """A key line of at most `limit` characters that keeps the exception and its message: what comes before
+    the last exception name (a logger prefix, a path) goes first, then the end of the message; a line
+    without an exception name loses its middle."""
+    if len(line) <= limit:
+        return line
+    names = list(_ERROR_NAME.finditer(line))
+    if names:
+        tail = line[names[-1].start():]
+        return "…" + tail if len(tail) < limit else tail[:limit - 1] + "…"
+    half = (limit - 1) // 2
+    return line[:half] + "…" + line[len(line) - (limit - 1 - half):]
+
+
+def mixed_gpus(rows: list[Row]) -> bool:
+    return len({r.gpu for r in rows if r.gpu}) > 1
+
+
+def value_header(case: str, metric: str) -> str:
+    unit = metric_unit(metric)
+    return f"{case} median ± CV" + (f", {unit}" if unit else "")
+
+
+def columns(rows: list[Row], metric: str = "") -> list[str]:
     cases = sorted({c for r in rows for c in r.cells})
-    cols = ["experiment", "backend", "status"]
+    cols = ["experiment", "backend"] + (["GPU"] if mixed_gpus(rows) else []) + ["status"]
     for c in cases:
-        cols += [c, f"{c} vs base"]
+        cols += [value_header(c, metric), f"{c} vs base"]
     if any(r.top_op for r in rows):
         cols.append("top op")
     return cols + ["notes"]
@@ -250,8 +362,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     for r in rows:
         notes = list(r.notes)
         if r.key_line:
-            notes.insert(0, r.key_line[:120] + ("…" if len(r.key_line) > 120 else ""))
-        line = [r.label, r.backend or "-", status_text(r)]
+            notes.insert(0, short_key_line(r.key_line))
+        line = [r.label, r.backend or "-"] + ([r.gpu or "-"] if mixed_gpus(rows) else []) + [status_text(r)]
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell_text(cell), ratio_text(cell, r.is_baseline)]
@@ -263,7 +375,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
 
 
 def to_markdown(rows: list[Row], metric: str) -> str:
-    cols = columns(rows)
+    cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
              f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -276,13 +388,14 @@ def to_csv(rows: list[Row]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     cases = sorted({c for r in rows for c in r.cells})
-    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok"]
+    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok",
+            "as_expected"]
     for c in cases:
         head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
     w.writerow(head + ["top_op", "notes"])
     for r in rows:
         line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
-                              r.key_line, r.attempts, r.ok]
+                              r.key_line, r.attempts, r.ok, r.expected]
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
@@ -296,36 +409,47 @@ def to_json(rows: list[Row], metric: str) -> str:
 
 
 def plot(rows: list[Row], metric: str, path: str) -> None:
-    """Median per experiment with min–max error bars, one panel per bench case (matplotlib extra)."""
-    try:
-        import matplotlib
+    """Write `plot_figure` as a PNG (matplotlib extra)."""
+    plot_figure(rows, metric).savefig(path, dpi=120)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+BAR_COLORS = {"baseline": "tab:gray", "candidate": "tab:blue"}
+
+
+def plot_figure(rows: list[Row], metric: str) -> Figure:
+    """One panel per bench case: a bar per row at its median, every repeat as a dot on it; a row without a
+    result gets no bar (a zero would read as a measurement) but a red cross and its status at the foot."""
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
     except ImportError:
         from .errors import ConfigError
 
         raise ConfigError("--plot needs matplotlib", hint="pip install 'harness[plot]'") from None
-    cases = sorted({c for r in rows for c in r.cells})
-    fig, axes = plt.subplots(len(cases), 1, figsize=(max(6, len(rows) * 1.1), 3.2 * len(cases)), squeeze=False)
-    for ax, case in zip(axes[:, 0], cases):
-        labels, meds, lo, hi = [], [], [], []
-        for r in rows:
-            cell = r.cells.get(case)
-            labels.append(r.label)
-            if cell and cell.n and cell.median is not None:
-                meds.append(cell.median)
-                lo.append(cell.median - min(cell.samples))
-                hi.append(max(cell.samples) - cell.median)
-            else:
-                meds.append(0.0)
-                lo.append(0.0)
-                hi.append(0.0)
-        colors = ["tab:gray" if r.is_baseline else ("tab:blue" if r.status == Status.OK else "tab:red") for r in rows]
-        ax.bar(range(len(rows)), meds, yerr=[lo, hi], color=colors, capsize=4)
-        ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(metric)
-        ax.set_title(case)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    cases = sorted({c for r in rows for c in r.cells}) or ["-"]
+    unit = metric_unit(metric)
+    fig = Figure(figsize=(max(6, len(rows) * 1.1), 3.4 * len(cases)), layout="constrained")
+    for ax, case in zip(fig.subplots(len(cases), 1, squeeze=False)[:, 0], cases):
+        drawn = [(i, r, r.cells[case]) for i, r in enumerate(rows) if case in r.cells and r.cells[case].n]
+        drawn_at = {i for i, _, _ in drawn}
+        ax.bar([i for i, _, _ in drawn], [c.median for _, _, c in drawn],
+               color=[BAR_COLORS["baseline" if r.is_baseline else "candidate"] for _, r, _ in drawn])
+        for i, _, c in drawn:
+            ax.plot([i] * c.n, c.samples, "o", color="black", markersize=3)
+        for i, r in enumerate(rows):
+            if i not in drawn_at:
+                ax.plot([i], [0], "x", color="tab:red", markersize=8)
+                what = r.status.value + (" (expected)" if r.expected else "") if r.status != Status.OK else "no result"
+                ax.annotate(what, (i, 0), xytext=(0, 6),
+                            textcoords="offset points", ha="center", va="bottom", rotation=90, fontsize=8,
+                            color="tab:red")
+        ax.set_xticks(range(len(rows)), [r.label for r in rows], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
+        ax.set_title(f"{case}: {metric}, {'lower' if lower_is_better(metric) else 'higher'} is better")
+        ax.legend(handles=[Patch(color=BAR_COLORS["baseline"], label="baseline (median)"),
+                           Patch(color=BAR_COLORS["candidate"], label="median"),
+                           Line2D([], [], ls="", marker="o", color="black", markersize=3, label="each repeat"),
+                           Line2D([], [], ls="", marker="x", color="tab:red", label="no result")],
+                  fontsize=7, loc="best")
+    return fig

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from . import report
 from .config import HostConfig
 from .errors import ConfigError
 from .plan import Plan
@@ -34,9 +38,9 @@ def show_plan(out: Console, plan: Plan, hosts: dict[str, HostConfig]) -> None:
 
 
 def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, baseline: str | None, metric: str, fmt: str,
-                      plot_file: Path | None) -> None:
-    from . import report
-
+                    plot_file: Path | None) -> None:
+    """`baseline` and `metric` as the user gave them: an unknown name is a ConfigError listing the known ones
+    (a run's own baseline, from its sweep file, only gets a note in the rows)."""
     records: list[Record] = []
     run_baseline = None
     for store, run_id in runs:
@@ -46,7 +50,12 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
         records += store.final_records(run_id)
     if not records:
         raise ConfigError("no records to compare in " + ", ".join(str(store.run_path(r)) for store, r in runs))
+    if metric not in report.metric_names(records):
+        raise ConfigError(f"unknown metric {metric!r}", hint="metrics: " + ", ".join(report.metric_names(records)))
     rows = report.build_rows(records, metric=metric, baseline=baseline or run_baseline)
+    if baseline and baseline not in report.baseline_names(rows):
+        raise ConfigError(f"no experiment {baseline!r} to use as the baseline",
+                          hint="experiments: " + ", ".join(report.baseline_names(rows)))
     if plot_file is not None:
         report.plot(rows, metric, str(plot_file))
     if fmt == "markdown":
@@ -56,16 +65,145 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
     elif fmt == "json":
         print(report.to_json(rows, metric))
     else:
-        table = Table(title=f"{metric} ({'lower' if report.lower_is_better(metric) else 'higher'} is better; "
-                            f"▲ better ▼ worse ≈ not significant ? too few samples)", title_justify="left")
-        for col in report.columns(rows):
-            table.add_column(col, overflow="fold")
-        for line in report.table_rows(rows):
-            style = None
-            table.add_row(*[escape(x) for x in line], style=style)
-        out.print(table)
+        print_comparison(out, rows, metric, chosen=not (baseline or run_baseline))
     if plot_file is not None and fmt == "table":
         out.print(f"plot: {plot_file}", highlight=False)
+
+
+# ============================================================================ the comparison table
+# rich wraps cells at spaces only, and squeezes every column alike when a table is too wide: a long name
+# ("glm5-flashinfer-mla") would be cut mid-word. So the column widths are chosen here, from each column's
+# longest word, and names are broken after their separators to the width their column got.
+
+_NAME_PARTS = re.compile(r"[^-_:=\s]*[-_:=\s]+|[^-_:=\s]+$")  # each part keeps the separator it ends with
+NAME_COLUMNS = ("experiment", "backend", "status")  # columns whose words may break after - _ : =
+
+
+def breakable(name: str, width: int) -> str:
+    """`name` on lines of at most `width`, broken only after a separator or a space (a part longer than
+    `width` keeps its own line)."""
+    lines = [""]
+    for part in _NAME_PARTS.findall(name):
+        if lines[-1] and len(lines[-1].rstrip()) + len(part.rstrip()) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def fit_widths(mins: list[int], maxs: list[int], room: int) -> list[int] | None:
+    """Column widths that add up to at most `room`, each at least its minimum (its longest word); the room
+    left goes first to the columns that want least (numbers stay on one line, long names wrap). None when
+    the minimums alone do not fit."""
+    spare = room - sum(mins)
+    if spare < 0:
+        return None
+    widths = list(mins)
+    want = [max(hi - lo, 0) for lo, hi in zip(mins, maxs)]
+    order = sorted(range(len(mins)), key=lambda i: want[i])
+    for k, i in enumerate(order):
+        give = min(want[i], spare // (len(order) - k))
+        widths[i] += give
+        spare -= give
+    return widths
+
+
+def _extent(texts: list[str], name: bool) -> tuple[int, int]:
+    """(longest word, longest line) over a column's cells; in a name column a word ends at a separator."""
+    lines = [line for t in texts for line in t.splitlines()] or [""]
+    words = [w.strip() for line in lines for w in (_NAME_PARTS.findall(line) if name else line.split())]
+    return max([cell_len(w) for w in words] + [1]), max(cell_len(line) for line in lines)
+
+
+def _footnotes(rows: list[report.Row]) -> dict[str, int]:
+    """Row label → the number of its footnote (rows with a key line or notes, in table order)."""
+    numbered = [r.label for r in rows if r.key_line or r.notes]
+    return {label: i for i, label in enumerate(numbered, 1)}
+
+
+Lines = list[tuple[report.Row, list[str]]]  # each line of the table, and the row it belongs to
+
+
+def _comparison_cells(rows: list[report.Row], metric: str, one_row_per_case: bool) -> tuple[list[str], Lines]:
+    """The headers and lines of the terminal table, unwrapped. The notes are footnote numbers after the
+    status (printed below the table by `print_comparison`)."""
+    cases = sorted({c for r in rows for c in r.cells})
+    mixed, tops, notes = report.mixed_gpus(rows), any(r.top_op for r in rows), _footnotes(rows)
+    head = ["experiment", "backend"] + (["GPU"] if mixed else []) + ["status"]
+    if one_row_per_case:
+        body = ["case", report.value_header("", metric).strip(), "vs base"]
+    else:
+        body = [h for c in cases for h in (report.value_header(c, metric), f"{c} vs base")]
+    headers = head + body + (["top op"] if tops else [])
+    empty = report.Cell(None, None, 0, [])
+    lines: Lines = []
+    for r in rows:
+        status = report.status_text(r) + (f" [{notes[r.label]}]" if r.label in notes else "")
+        label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
+        start = [label, r.backend or "-"] + ([r.gpu or "-"] if mixed else []) + [status]
+        end = [r.top_op or "-"] if tops else []
+        cells = [(c, r.cells.get(c) or empty) for c in cases]
+        if not one_row_per_case:
+            lines.append((r, start + [x for _, cell in cells for x in (report.cell_text(cell),
+                                                                        report.ratio_text(cell, r.is_baseline))] + end))
+            continue
+        for i, (c, cell) in enumerate(cells or [("-", empty)]):
+            blank = i > 0  # the experiment's own columns on its first line only
+            lines.append((r, ([""] * len(start) if blank else start)
+                          + [c, report.cell_text(cell), report.ratio_text(cell, r.is_baseline)]
+                          + ([""] * len(end) if blank else end)))
+    return headers, lines
+
+
+def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | None:
+    extents = [_extent([h] + [line[i] for _, line in lines], h in NAME_COLUMNS) for i, h in enumerate(headers)]
+    # each column: 2 cells of padding, and a border between two columns (none at the edges: show_edge=False)
+    return fit_widths([lo for lo, _ in extents], [hi for _, hi in extents], width - 3 * len(headers) + 1)
+
+
+def comparison_table(rows: list[report.Row], metric: str, width: int) -> Table:
+    """The terminal table for a console `width` wide: one row per experiment, or, when that cannot fit without
+    cutting words, the compact layout with each bench case on a line of its own."""
+    lower = "lower" if report.lower_is_better(metric) else "higher"
+    unit = report.metric_unit(metric)
+    title = Text(f"{metric}{f' ({unit})' if unit else ''}, {lower} is better")  # the legend is printed below
+    table = Table(title=title, title_justify="left", show_edge=False)
+    headers, lines = _comparison_cells(rows, metric, one_row_per_case=False)
+    widths = _column_widths(headers, lines, width)
+    if widths is None:
+        compact = _comparison_cells(rows, metric, one_row_per_case=True)
+        if _column_widths(*compact, width) is not None:
+            headers, lines = compact
+            widths = _column_widths(headers, lines, width)
+    for i, h in enumerate(headers):
+        # fold: only when even the longest word does not fit (rich's own squeeze); better cut than hidden
+        table.add_column(h, justify="right" if "median" in h else "left", overflow="fold",
+                         width=widths[i] if widths else None)
+    status = headers.index("status")
+    for row, line in lines:
+        cells = [breakable(x, widths[i]) if widths and h in NAME_COLUMNS else x
+                 for i, (h, x) in enumerate(zip(headers, line))]
+        style = "green" if row.expected else "" if row.status == Status.OK else "red"
+        table.add_row(*[Text(x, style=style if i == status else "") for i, x in enumerate(cells)])
+    return table
+
+
+def print_comparison(out: Console, rows: list[report.Row], metric: str, *, chosen: bool = False) -> None:
+    """The table, then the numbered notes, then which row is the baseline. `chosen`: the harness picked the
+    baseline, not the user."""
+    out.print(comparison_table(rows, metric, out.width))
+    # soft_wrap=False: wrapped by words at the console's width, even on a console that soft-wraps (the CLI's)
+    out.print(Text(f"median ± CV: the median over the repeats ± their coefficient of variation (n repeats); "
+                   f"vs base: ▲ better ▼ worse ≈ not significant (Mann-Whitney, p ≥ {report.ALPHA}) ? too few "
+                   f"samples; [n]: a note below"), soft_wrap=False)
+    notes = _footnotes(rows)
+    for r in rows:
+        text = ([report.short_key_line(r.key_line)] if r.key_line else []) + r.notes
+        if text:
+            out.print(Text(f"[{notes[r.label]}] {r.label}: " + "; ".join(text)), soft_wrap=False)
+    base = [r.label for r in rows if r.is_baseline]
+    if base:
+        why = f" (the first row that measured {metric}; choose another with --baseline)" if chosen else ""
+        out.print(Text(f"baseline: {', '.join(base)}{why}"), soft_wrap=False)
 
 
 def show_outcomes(out: Console, outcomes: list[AttemptOutcome]) -> None:

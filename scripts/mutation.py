@@ -61,6 +61,9 @@ SAFETY_CORE = [
     "harness.report.x__apply_baseline__mutmut_*",
     "harness.report.x_lower_is_better__mutmut_*",
     "harness.report.x_mann_whitney_p__mutmut_*",
+    "harness.report.x__u_counts__mutmut_*",  # the Mann-Whitney test's exact distribution
+    "harness.report.x__exact_sf__mutmut_*",
+    "harness.report.x__normal_sf__mutmut_*",
     "harness.report.x_ratio_text__mutmut_*",
     # triage ranking
     "harness.triage.x__sig__mutmut_*",

@@ -100,6 +100,23 @@ def test_compare_refuses_a_run_file_or_record_of_another_schema_clearly(tmp_path
     assert "Traceback" not in p.stderr and "pydantic" not in p.stderr
 
 
+def test_compare_with_an_unknown_metric_or_baseline_exits_2_naming_the_known_ones(tmp_path):
+    from harness.results import Record, ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    for exp in ("base", "fast"):
+        rec = Record(run_id="r1", experiment=exp, attempt="01", host="h", status="ok",
+                     metrics={"bs1": {"output_throughput": 100.0, "samples": {"output_throughput": [100.0] * 4}}})
+        store.write_record(store.new_attempt_dir("r1", exp), rec)
+    p = harness("compare", "r1", "--metric", "itl", "--results-dir", str(store.root), cwd=tmp_path)
+    assert p.returncode == 2 and "unknown metric 'itl'" in p.stderr and "median_itl_ms" in p.stderr, p.stderr
+    p = harness("compare", "r1", "--baseline", "bsae", "--results-dir", str(store.root), cwd=tmp_path)
+    assert p.returncode == 2 and "'bsae'" in p.stderr and "experiments: base, fast" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    p = harness("compare", "r1", "--baseline", "fast", "--results-dir", str(store.root), cwd=tmp_path)
+    assert p.returncode == 0 and "baseline: fast" in p.stdout, p.stderr
+
+
 def test_unreachable_host_exit_3_and_record_says_infra_error(tmp_path, sim_target):
     f = write_experiment(tmp_path, "stock", free_port(), backend="flashinfer-mla")
     hosts_file(tmp_path, {"address": "127.0.0.1", "port": free_port(), "user": "root",

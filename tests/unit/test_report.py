@@ -2,25 +2,40 @@
 
 import csv
 import io
+import itertools
 import json
+import math
+import re
 import statistics
+import sys
 
 import pytest
 
 from harness.metrics import KEY_METRICS
-from harness.report import build_rows, columns, lower_is_better, table_rows, to_csv, to_json, to_markdown
+from harness.report import (
+    build_rows,
+    columns,
+    lower_is_better,
+    mann_whitney_p,
+    short_key_line,
+    table_rows,
+    to_csv,
+    to_json,
+    to_markdown,
+)
 from harness.results import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
 
 def rec(exp, samples, status="ok", run="r1", gpu=GPU, commit="c" * 40, verdict=None, metric="output_throughput",
-        host="h", version="0.5.23"):
+        host="h", version="0.5.23", expect=None, met=None):
     """A record of one bench case `bs1`; `samples` may instead be {case: samples} for several cases."""
     cases = samples if isinstance(samples, dict) else {"bs1": samples}
     return Record(run_id=run, experiment=exp, attempt="01", host=host, backend=exp, status=status, verdict=verdict,
                   metrics={case: {metric: s[len(s) // 2], "samples": {metric: s}} for case, s in cases.items() if s},
-                  provenance={"gpu": gpu, "server_version": version, "base_commit": commit})
+                  provenance={"gpu": gpu, "server_version": version, "base_commit": commit}, expect=expect,
+                  expectation_met=met)
 
 
 def row(rows, exp):
@@ -107,7 +122,7 @@ def test_top_op_from_profiles_and_records_without_one():
 
 # ============================================================================ the markers a user reads
 # Judged from the rendered tables (markdown, and the cells the terminal table prints), with the
-# significance of each case checked here with scipy directly, not with the code under test.
+# significance of each case taken from scipy's own p-values (hard-coded below), not from the code under test.
 
 METRICS = ["median_itl_ms", "output_throughput"]  # lower is better; higher is better
 BASE = [10.0, 10.1, 9.9, 10.2, 9.8, 10.05]  # six repeats of the baseline
@@ -119,10 +134,27 @@ def scaled(samples, factor, metric):
     return [round(v * factor * unit, 4) for v in samples]
 
 
-def two_sided_p(a, b):
-    from scipy.stats import mannwhitneyu
+def order_pattern(a, b):
+    """The merged order of two samples, value by value: (how many of a, how many of b) per distinct value. A rank
+    test's p-value depends on nothing else, so one reference p serves every scaling of the same data."""
+    return tuple((a.count(v), b.count(v)) for v in sorted(set(a) | set(b)))
 
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+A, B, AB = (1, 0), (0, 1), (1, 1)
+# scipy 1.17.1: scipy.stats.mannwhitneyu(a, b, alternative="two-sided").pvalue for the data sets of the tests below.
+SCIPY_TWO_SIDED_P = {
+    (A,) * 6 + (B,) * 6: 0.0021645021645021645,  # six against six, no overlap (exact)
+    (B,) * 6 + (A,) * 6: 0.0021645021645021645,
+    (B, B, A, A, B, B, B, A, A, B, A, A): 0.24025974025974026,  # OVERLAPPING against BASE (exact)
+    (A,) * 3 + (B,) * 3: 0.1,  # three against three, no overlap (exact): the best p there is
+    (B,) * 3 + (A,) * 3: 0.1,
+    ((0, 10), (10, 0), AB, (0, 10), (10, 0)): 0.010086582938911307,  # same median, other spread (ties: normal)
+    ((0, 5), (5, 0)): 0.003976751709788651,  # [100] * 5 against [150] * 5 (ties: normal)
+}
+
+
+def two_sided_p(a, b):
+    return SCIPY_TWO_SIDED_P[order_pattern(a, b)]
 
 
 def rendered_markers(records, metric):
@@ -321,3 +353,314 @@ def test_the_baseline_is_not_compared_with_itself_in_csv_and_json():
     assert float(fast["bs1.ratio"]) == pytest.approx(1.5) and fast["bs1.verdict"] == "better"
     cell = json.loads(to_json(rows, "output_throughput"))["rows"][0]["cells"]["bs1"]
     assert (cell["ratio"], cell["p_value"], cell["verdict"]) == (None, None, "n/a")
+
+
+# ============================================================================ the Mann-Whitney test itself
+# Reference p-values computed with scipy 1.17.1: float(scipy.stats.mannwhitneyu(a, b, alternative="two-sided",
+# method=method).pvalue). Exact where scipy is exact (no ties, a side of at most 8), normal otherwise.
+
+MWU_REFERENCES = [
+    # a, b, method, scipy's p
+    ([150, 149, 151, 152, 153], [100, 101, 99, 102, 98], "auto", 0.007936507936507936),  # 5 v 5 apart: exact
+    ([1.1, 2.3, 3.7, 5.2], [0.9, 2.0, 2.9, 4.1, 4.8, 6.0, 7.3], "auto", 0.6484848484848484),  # 4 v 7 interleaved
+    ([10.5, 11.2, 12.9], list(range(1, 13)), "auto", 0.03076923076923077),  # 3 v 12: exact (one side <= 8)
+    ([1, 3, 5, 7, 9, 11, 13, 15], [2, 4, 6, 8, 10, 12, 14, 16.5, 17.5], "auto", 0.4807075277663513),  # 8 v 9: exact
+    ([1, 3, 5, 7, 9, 11, 13, 15, 21], [2, 4, 6, 8, 10, 12, 14, 16.5, 17.5], "auto", 0.7910815129207817),  # 9 v 9
+    ([x * 1.01 for x in range(10)], [x + 3.5 for x in range(12)], "auto", 0.011129227614007952),  # 10 v 12: normal
+    ([10, 11, 12, 13, 14], [12, 15, 16, 17, 18, 19], "auto", 0.02810006355731762),  # one tied pair: normal
+    ([1, 1, 2, 2, 3, 3], [2, 3, 3, 4, 4, 4], "auto", 0.03830311920937907),  # many ties
+    ([150] * 5, [100] * 5, "auto", 0.003976751709788651),  # every value tied within its side
+    ([1, 4, 5, 8], [2, 3, 6, 7], "auto", 1.0),  # U = n1*n2/2: twice the tail is over 1, clipped
+    ([x * 1.01 for x in range(10)], [x + 3.5 for x in range(12)], "exact", 0.00895698728516066),
+    ([1.1, 2.3, 3.7, 5.2], [0.9, 2.0, 2.9, 4.1, 4.8, 6.0, 7.3], "asymptotic", 0.6366016325636008),
+    ([10, 11, 12, 13, 14], [12, 15, 16, 17, 18, 19], "exact", 0.030303030303030304),  # ties, exact as scipy does
+]
+
+
+@pytest.mark.parametrize("a, b, method, expected", MWU_REFERENCES)
+def test_mann_whitney_p_matches_scipy(a, b, method, expected):
+    assert mann_whitney_p(a, b, method) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    assert mann_whitney_p(b, a, method) == pytest.approx(expected, rel=1e-12, abs=1e-15)  # two-sided: symmetric
+
+
+def test_mann_whitney_p_refuses_a_method_it_does_not_know():
+    with pytest.raises(ValueError, match=r"^method 'exakt': auto, exact or asymptotic$"):
+        mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8], "exakt")
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (1, 4), (3, 3), (4, 2), (4, 6)])
+def test_the_exact_u_distribution_counts_every_ordering(m, n):
+    # Brute force: every way to place the m values of one sample among m + n untied ranks, and its U.
+    from harness.report import _u_counts
+
+    expected = [0] * (m * n + 1)
+    for ranks in itertools.combinations(range(m + n), m):
+        expected[sum(ranks) - m * (m - 1) // 2] += 1  # U = rank sum - m(m+1)/2, with ranks from 1
+    assert _u_counts(m, n) == expected and sum(expected) == math.comb(m + n, m)
+
+
+def test_mann_whitney_p_without_any_spread_is_one():
+    assert mann_whitney_p([3.0] * 4, [3.0] * 6) == 1.0  # scipy gives nan here
+
+
+def test_the_test_needs_no_scipy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)  # any `import scipy...` now fails
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)
+    assert mann_whitney_p([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(0.02857142857142857)  # scipy: 2 / C(8, 4)
+
+
+# ============================================================================ the terminal table, as printed
+# Rendered with rich into a string at the widths people's terminals have, and read back as text.
+
+LONG_KEY = ('[2026-11-30 12:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last): File '
+            '"/root/sglang/python/sglang/srt/layers/attention/flashinfer_mla_backend.py", line 412, in forward_decode '
+            'RuntimeError: FlashInfer MLA kernel only supports kv dtype float8_e4m3fn, got float8_e5m2')
+ERROR = "RuntimeError: FlashInfer MLA kernel only supports kv dtype float8_e4m3fn, got float8_e5m2"
+
+
+def fleet(mixed=False):
+    """Long hyphenated names as sweeps make them, two bench cases, an unexpected and an expected crash."""
+    two = lambda a, b: {"bs1": a, "bs8": b}  # noqa: E731
+    records = [
+        rec("glm5-flashinfer-mla", two([100, 101, 99, 100, 102], [800, 805, 790, 801, 799])),
+        rec("glm5-flashinfer-mla-gather-cast", two([150, 149, 151, 152, 150], [1200, 1190, 1210, 1205, 1195])),
+        rec("glm5-custom-fp8-mla", [], status="crashed",
+            verdict={"category": "oom", "key_line": LONG_KEY.replace("RuntimeError", "torch.OutOfMemoryError")}),
+        rec("glm5-flashinfer-mla-fp8-e5m2", [], status="crashed", expect="crash", met=True,
+            verdict={"category": "unsupported-dtype", "key_line": LONG_KEY}),
+    ]
+    for r, backend in zip(records, ["flashinfer-mla", "flashinfer-mla-gather-cast", "custom-fp8-mla",
+                                    "flashinfer-mla-fp8"]):
+        r.backend = backend
+    if mixed:
+        records.append(rec("glm5-flashinfer-mla", two([200, 201, 199, 200, 202], [1600, 1605, 1590, 1601, 1599]),
+                           gpu=[{"name": "NVIDIA B200"}]))
+        records[-1].backend = "flashinfer-mla"
+    return records
+
+
+def render(rows, metric, width, chosen=False):
+    from rich.console import Console
+
+    from harness.views import print_comparison
+
+    console = Console(width=width, file=io.StringIO(), color_system=None, soft_wrap=True)  # as the CLI's
+    print_comparison(console, rows, metric, chosen=chosen)
+    return console.file.getvalue()
+
+
+def table_parts(text):
+    """(header columns, body lines split into their column fragments, the lines after the table)."""
+    lines = text.splitlines()
+    rule = next(i for i, line in enumerate(lines) if "╇" in line)
+    header = [line.split("┃") for line in lines[:rule] if "┃" in line]
+    body_end = next((i for i in range(rule + 1, len(lines)) if "│" not in lines[i]), len(lines))
+    body = [[f.strip() for f in line.split("│")] for line in lines[rule + 1:body_end]]
+    heads = [" ".join(" ".join(h[i].split()) for h in header).strip() for i in range(len(header[0]))]
+    return [" ".join(h.split()) for h in heads], body, lines[body_end:]
+
+
+def words(*names):
+    return {w for n in names for w in re.split(r"[-_:=@ ()\[\]]+", n) if w}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_printed_table_never_cuts_a_name_status_or_number_mid_word(width, mixed):
+    from harness.report import cell_text, ratio_text
+
+    records = fleet(mixed)
+    rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
+    text = render(rows, "output_throughput", width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    heads, body, _ = table_parts(text)
+    allowed = {
+        "experiment": words(*(r.experiment for r in records)),
+        "backend": words(*(r.backend for r in records)),
+        "status": words("crashed: oom as expected (crashed: unsupported-dtype)", "ok") | {str(i) for i in range(9)},
+    }
+    for column, vocabulary in allowed.items():
+        col = heads.index(column)
+        fragments = [line[col] for line in body if line[col]]
+        assert fragments, column
+        for fragment in fragments:
+            assert words(fragment) <= vocabulary, (column, fragment, text)
+    # numbers and ratios whole: every token under a value or ratio header is a token of some cell's own text
+    numbers = {t for r in rows for c in r.cells.values() for t in (cell_text(c) + " " + ratio_text(c, r.is_baseline)).split()}
+    value_columns = [i for i, h in enumerate(heads) if "median" in h or "vs base" in h]
+    assert value_columns
+    for line in body:
+        for i in value_columns:
+            assert set(line[i].split()) <= numbers, (line[i], text)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_printed_table_keeps_the_error_of_a_crash_and_names_the_unit_and_the_spread(width):
+    rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
+    text = render(rows, "output_throughput", width)
+    heads, body, after = table_parts(text)
+    flat = " ".join(text.split())
+    assert ERROR in flat and "torch.OutOfMemoryError: CUDA out of memory" not in flat  # (not in the fixture)
+    assert "torch.OutOfMemoryError: FlashInfer MLA kernel only supports kv dtype float8_e4m3fn, got float8_e5m2" in flat
+    assert "2026-11-30 12:00:01" not in flat  # the log prefix went, the error stayed
+    assert any(h.endswith("median ± CV, tok/s") for h in heads), heads
+    assert "output_throughput (tok/s), higher is better" in flat
+    # the notes are numbered under the table, and the number is in the row it belongs to
+    notes = " ".join(" ".join(after).split())
+    n = re.search(r"\[(\d)\] glm5-custom-fp8-mla: …torch.OutOfMemoryError", notes)
+    assert n and f"[{n.group(1)}]" in " ".join(f for line in body for f in line)
+
+
+def test_printed_table_names_the_unit_of_a_latency_metric():
+    records = [rec("base", [10, 10.1, 9.9, 10, 10.2], metric="median_itl_ms"),
+               rec("fast", [5, 5.1, 4.9, 5, 5.2], metric="median_itl_ms")]
+    heads, _, _ = table_parts(render(build_rows(records, metric="median_itl_ms"), "median_itl_ms", 120))
+    assert "bs1 median ± CV, ms" in heads
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_the_gpu_column_appears_only_on_a_mixed_fleet(mixed):
+    rows = build_rows(fleet(mixed), metric="output_throughput", baseline="glm5-flashinfer-mla")
+    heads, body, _ = table_parts(render(rows, "output_throughput", 120))
+    assert ("GPU" in heads) is mixed
+    assert ("GPU" in columns(rows)) is mixed
+    if mixed:
+        gpus = " ".join(line[heads.index("GPU")] for line in body)
+        assert "NVIDIA B200 x1" in " ".join(gpus.split()) and "NVIDIA H200 x1" in " ".join(gpus.split())
+
+
+def test_an_expected_crash_reads_as_expected_and_an_unexpected_one_as_a_failure():
+    rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
+    t = table(rows)
+    assert t["glm5-flashinfer-mla-fp8-e5m2"]["status"] == "as expected (crashed: unsupported-dtype)"
+    assert t["glm5-custom-fp8-mla"]["status"] == "crashed: oom"
+    assert [r.label for r in rows if r.expected] == ["glm5-flashinfer-mla-fp8-e5m2"]
+    parsed = {r["label"]: r["as_expected"] for r in csv.DictReader(io.StringIO(to_csv(rows)))}
+    assert parsed["glm5-flashinfer-mla-fp8-e5m2"] == "True" and parsed["glm5-custom-fp8-mla"] == "False"
+
+
+def test_an_expected_crash_that_ran_ok_says_so():
+    rows = build_rows([rec("base", [100, 101, 99, 100]), rec("e5m2", [100, 101, 99, 100], expect="crash", met=False)],
+                      metric="output_throughput", baseline="base")
+    assert row(rows, "e5m2").notes == ["expected crash, ran ok"] and not row(rows, "e5m2").expected
+
+
+# ============================================================================ key lines
+
+
+def test_a_long_key_line_keeps_the_exception_and_its_message_and_drops_the_prefix():
+    short = short_key_line(LONG_KEY)
+    assert short == "…" + ERROR and len(short) <= 120
+
+
+def test_a_key_line_whose_message_alone_is_too_long_starts_at_the_exception():
+    line = "[TP0] noise " * 5 + "ValueError: " + "x" * 200
+    short = short_key_line(line)
+    assert short.startswith("ValueError: xxx") and short.endswith("…") and len(short) == 120
+
+
+def test_a_key_line_without_an_exception_keeps_both_ends():
+    line = "start " + "y" * 200 + " the end"
+    short = short_key_line(line)
+    assert short.startswith("start yy") and short.endswith("yy the end") and "…" in short and len(short) == 120
+
+
+def test_a_short_key_line_is_kept_whole_and_the_last_exception_is_the_one_kept():
+    assert short_key_line("torch.OutOfMemoryError: CUDA out of memory.") == "torch.OutOfMemoryError: CUDA out of memory."
+    line = "KeyError: 'x' during handling " + "z" * 100 + " RuntimeError: boom"
+    assert short_key_line(line) == "…RuntimeError: boom"
+    assert short_key_line("a" * 120) == "a" * 120 and len(short_key_line("a" * 121)) == 120
+
+
+# ============================================================================ ratios, baselines, names
+
+
+@pytest.mark.parametrize("ratio, verdict, text", [
+    (1.004, "better", "1.00x"), (0.996, "worse", "1.00x"), (1.0, "worse", "1.00x"),
+    (1.006, "better", "1.01x ▲"), (0.994, "worse", "0.99x ▼"),
+    (1.0, "same", "1.00x ≈"), (1.004, "few", "1.00x ?"), (1.004, "n/a", "1.00x"),
+])
+def test_a_ratio_that_rounds_to_one_gets_no_up_or_down_arrow(ratio, verdict, text):
+    from harness.report import Cell, ratio_text
+
+    assert ratio_text(Cell(100.0, 0.01, 5, [], ratio=ratio, verdict=verdict), False) == text
+
+
+def test_equal_medians_are_neither_better_nor_worse():
+    base = [90.0] * 10 + [100.0] + [100.1] * 10
+    cand = [99.9] * 10 + [100.0] + [110.0] * 10
+    for metric in METRICS:
+        rows = build_rows([rec("base", base, metric=metric), rec("cand", cand, metric=metric)], metric=metric,
+                          baseline="base")
+        cell = row(rows, "cand").cells["bs1"]
+        assert (cell.ratio, cell.verdict) == (1.0, "same") and cell.p_value < 0.05
+        assert table(rows)["cand"]["bs1 vs base"] == "1.00x ≈"
+
+
+def test_without_a_named_baseline_the_first_row_that_measured_the_metric_is_the_baseline():
+    records = [rec("a-crashed", [], status="crashed"), rec("b-no-metric", [100, 101, 99, 100], metric="duration"),
+               rec("c", [100, 101, 99, 100, 102]), rec("d", [150, 149, 151, 152, 150])]
+    rows = build_rows(records, metric="output_throughput")
+    assert [r.label for r in rows if r.is_baseline] == ["c"]
+    assert table(rows)["d"]["bs1 vs base"] == "1.50x ▲"
+    text = " ".join(render(rows, "output_throughput", 120, chosen=True).split())
+    assert "baseline: c (the first row that measured output_throughput; choose another with --baseline)" in text
+
+
+def test_without_a_named_baseline_and_nothing_measured_the_first_row_is_the_baseline():
+    rows = build_rows([rec("a", [], status="crashed"), rec("b", [], status="hung")], metric="output_throughput")
+    assert [r.label for r in rows if r.is_baseline] == ["a"]
+
+
+def comparison_store(tmp_path):
+    from harness.results import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    for r in [rec("base", [100, 101, 99, 100]), rec("fast", [150, 151, 149, 150], status="ok")]:
+        r.run_id = "r1"
+        store.write_record(store.new_attempt_dir("r1", r.experiment), r)
+    return store
+
+
+def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_naming_the_known_ones(tmp_path):
+    from rich.console import Console
+
+    from harness.errors import EXIT_CONFIG, ConfigError
+    from harness.views import show_comparison
+
+    store = comparison_store(tmp_path)
+    console = Console(file=io.StringIO())
+    with pytest.raises(ConfigError) as e:
+        show_comparison(console, [(store, "r1")], baseline=None, metric="output_thruput", fmt="table", plot_file=None)
+    assert e.value.exit_code == EXIT_CONFIG and "unknown metric 'output_thruput'" in str(e.value)
+    assert "output_throughput" in e.value.hint and "median_itl_ms" in e.value.hint
+    with pytest.raises(ConfigError) as e:
+        show_comparison(console, [(store, "r1")], baseline="bsae", metric="output_throughput", fmt="json",
+                        plot_file=None)
+    assert "'bsae'" in str(e.value) and e.value.hint == "experiments: base, fast"
+    assert console.file.getvalue() == ""  # nothing printed before the error
+
+
+# ============================================================================ the plot
+
+
+def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
+    from harness.report import plot_figure
+
+    rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
+    fig = plot_figure(rows, "output_throughput")
+    assert len(fig.axes) == 2  # bs1, bs8
+    for ax, case in zip(fig.axes, ["bs1", "bs8"]):
+        assert ax.get_title() == f"{case}: output_throughput, higher is better"
+        assert ax.get_ylabel() == "output_throughput (tok/s)"
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["baseline (median)", "median", "each repeat",
+                                                                       "no result"]
+        bars = ax.containers[0]
+        assert len(bars) == 2  # the two crashed rows have no bar at all, not a bar of height 0
+        assert sorted(b.get_height() for b in bars) == ([100, 150] if case == "bs1" else [800, 1200])
+        assert sorted(t.get_text() for t in ax.texts) == ["crashed", "crashed (expected)"]
+        dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+        assert sorted(len(d.get_ydata()) for d in dots) == [5, 5]  # every repeat of both measured rows
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        assert labels == [r.label for r in rows]
