@@ -304,8 +304,9 @@ def sweep(
             views.show_plan(out, plan, hosts)
             return
         outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path)
-        views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
-                          plot_file=None)
+        if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
+            views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
+                                  plot_file=None)
         again = resume_command(sweep_file, run_id, results_dir)
         if outcome.interrupted:
             err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with\n  {again}",
