@@ -27,6 +27,7 @@ from .project import bundled_dir, default_hosts_file, default_patches_dir
 from .protocol import Status
 from .resolve import resolve
 from .results import ResultsStore, RunInfo, new_run_id
+from .resume import DEFAULT_RESULTS_DIR
 from .runner import run_attempt_in_foreground
 
 if TYPE_CHECKING:
@@ -276,7 +277,7 @@ def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep YAML: a base experiment plus matrix axes, or a list."),
     hosts_opt: Optional[str] = typer.Option(None, "--hosts", help="Comma-separated host names (default: all)."),
     hosts_file: Optional[Path] = typer.Option(None, "--hosts-file", help="Host inventory (default: ./hosts.yaml)."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where records go."),
+    results_dir: Path = typer.Option(DEFAULT_RESULTS_DIR, "--results-dir", help="Where records go."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Run id to resume: runs what has no final record."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),

@@ -7,12 +7,22 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from .config import HostConfig
 from .errors import ConfigError
-from .results import RunInfo
 
 DEFAULT_RESULTS_DIR = Path("results")
+
+
+class RunHosts(Protocol):
+    """What of a run's run.json (`results.RunInfo`) choosing its hosts needs."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def hosts(self) -> list[str]: ...
 
 
 def parse_host_list(value: str | None) -> list[str] | None:
@@ -22,7 +32,7 @@ def parse_host_list(value: str | None) -> list[str] | None:
 
 
 def sweep_host_names(requested: list[str] | None, sweep_hosts: Sequence[str], inventory: Mapping[str, HostConfig],
-                     hosts_file: Path, run: RunInfo | None = None) -> list[str]:
+                     hosts_file: Path, run: RunHosts | None = None) -> list[str]:
     """The hosts a sweep runs on: a resumed run's own (from run.json; `--hosts` may only repeat them),
     else `--hosts`, else the sweep file's `hosts:`, else every host of the inventory."""
     if run is not None and run.hosts:
@@ -35,7 +45,7 @@ def sweep_host_names(requested: list[str] | None, sweep_hosts: Sequence[str], in
     return names or list(inventory)
 
 
-def _run_hosts(run: RunInfo, requested: list[str] | None, inventory: Mapping[str, HostConfig],
+def _run_hosts(run: RunHosts, requested: list[str] | None, inventory: Mapping[str, HostConfig],
                hosts_file: Path) -> list[str]:
     used = ", ".join(run.hosts)
     if requested is not None and set(requested) != set(run.hosts):
