@@ -33,7 +33,7 @@ from .project import (
 )
 from .protocol import Status
 from .resolve import resolve
-from .results import ResultsStore, new_run_id
+from .results import ResultsStore, RunInfo, new_run_id
 from .runner import run_attempt_in_foreground
 
 if TYPE_CHECKING:
@@ -300,46 +300,39 @@ def sweep(
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
 ) -> None:
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
+    from .config import load_sweep
     from .plan import plan_sweep
+    from .resume import parse_host_list, recorded_path, resume_command, sweep_host_names
 
     with errors_to_exit_codes(err, _debug):
+        store = _open_store(results_dir, announce=not dry_run)
+        run = _resumed_run(store, resume, sweep_file) if resume else None
+        if run is not None:  # what the run was planned with, unless given again
+            hosts_file = recorded_path(hosts_file, run.hosts_file, "host inventory", run.run_id)
+            patches_dir = recorded_path(patches_dir, run.patches_dir, "patch sets", run.run_id)
         hosts_path = hosts_file or default_hosts_file(sweep_file)
         inventory = _inventory(hosts_path)
-        from .config import load_sweep
-
         sweep_cfg, _ = load_sweep(sweep_file)
-        names = [h.strip() for h in hosts_opt.split(",") if h.strip()] if hosts_opt else list(sweep_cfg.hosts)
-        unknown = [n for n in names if n not in inventory.hosts]
-        if unknown:
-            raise ConfigError(f"host(s) not in the inventory: {', '.join(unknown)}", file=hosts_path,
-                              hint="hosts: " + ", ".join(inventory.hosts))
-        hosts = {n: inventory.hosts[n] for n in names} if names else dict(inventory.hosts)
+        names = sweep_host_names(parse_host_list(hosts_opt), sweep_cfg.hosts, inventory.hosts, hosts_path, run)
+        hosts = {n: inventory.hosts[n] for n in names}
         pdir = patches_dir or default_patches_dir(sweep_file)
-        store = _open_store(results_dir, announce=not dry_run)
-        if resume:
-            run = store.read_run(resume)
-            if Path(run.sweep_file) != sweep_file.resolve():
-                others = store.runs_of_sweep(sweep_file)
-                raise ConfigError(f"run {resume} belongs to another sweep file ({run.sweep_file})",
-                                  hint=("runs of this sweep: " + ", ".join(others)) if others
-                                  else "this sweep file has no runs yet: start one without --resume")
-            run_id = resume
-        else:
-            run_id = new_run_id()
+        run_id = run.run_id if run is not None else new_run_id()
         if dry_run:
             plan = plan_sweep(sweep_file, pdir, hosts)
             views.show_plan(out, plan, hosts)
             return
-        outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id)
-        views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
-                          plot_file=None)
+        outcome = _run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path)
+        if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
+            views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
+                                  plot_file=None)
+        again = resume_command(sweep_file, run_id, results_dir)
         if outcome.interrupted:
-            err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with "
-                      f"`harness sweep {sweep_file} --resume {run_id}`", highlight=False)
+            err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with\n  {again}",
+                      highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED)
         if outcome.left:
-            err.print(f"{len(outcome.left)} attempt(s) not run (sweep budget spent or hosts unusable); resume with "
-                      f"`harness sweep {sweep_file} --resume {run_id}`", highlight=False)
+            err.print(f"{len(outcome.left)} attempt(s) not run (sweep budget spent or hosts unusable); resume with"
+                      f"\n  {again}", highlight=False)
             raise typer.Exit(3)
         if any(r.status == Status.INFRA_ERROR for r in outcome.done):
             raise typer.Exit(3)
@@ -501,19 +494,36 @@ def _dry_check_and_report(ps: PatchSet, against: Path) -> list[str]:
     return found
 
 
+def _resumed_run(store: ResultsStore, run_id: str, sweep_file: Path) -> RunInfo:
+    """The run to resume, which must be one of this sweep file's."""
+    run = store.read_run(run_id)
+    if Path(run.sweep_file) != sweep_file.resolve():
+        others = store.runs_of_sweep(sweep_file)
+        raise ConfigError(f"run {run_id} belongs to another sweep file ({run.sweep_file})",
+                          hint=("runs of this sweep: " + ", ".join(others)) if others
+                          else "this sweep file has no runs yet: start one without --resume")
+    return run
+
 
 def _run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
-               run_id: str) -> SweepOutcome:
+               run_id: str, hosts_file: Path | None = None) -> SweepOutcome:
+    from .hostgpus import count_gpus
     from .plan import plan_sweep
+    from .runner import host_status
     from .scheduler import Scheduler, write_run_file
 
-    plan = plan_sweep(sweep_file, patches_dir, hosts)
+    plan = plan_sweep(sweep_file, patches_dir, hosts)  # keys from the hosts as configured: stable on resume
     with store.lock_run(run_id):
-        write_run_file(store, run_id, plan, hosts)
+        counted = count_gpus(hosts, host_status)
+        write_run_file(store, run_id, plan, hosts, hosts_file=hosts_file, patches_dir=patches_dir,
+                       host_gpus=counted.asked)
         out.print(f"run {run_id}: {len(plan.attempts)} attempts ({len(plan.experiments)} experiments) on "
                   f"{', '.join(hosts)}", highlight=False)
+        for name, why in counted.unusable.items():
+            err.print(f"[yellow]host {escape(name)} is not used in this sweep:[/] {escape(why)}", highlight=False)
         with SweepProgress(out, total=len(plan.attempts)) as progress:
-            outcome = Scheduler(plan, hosts, store, run_id, reporter=progress).run()
+            outcome = Scheduler(plan, {**hosts, **counted.usable}, store, run_id, reporter=progress,
+                                unusable=counted.unusable).run()
     if outcome.skipped:
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
                   highlight=False)

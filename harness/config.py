@@ -50,7 +50,8 @@ class HostConfig(Strict):
                                      "agent stops the server and reverts by itself")
     repo: str = Field(min_length=1)
     python: str = "python3"
-    gpus: int = Field(1, ge=0)
+    gpus: int | None = Field(None, ge=0, description="GPUs the harness may use; absent: as many as nvidia-smi on "
+                             "the host shows (within the host's CUDA_VISIBLE_DEVICES)")
     arch: Arch | None = None
     workdir: str = "~/.cache/harness"
     allow_dirty: tuple[str, ...] = ()

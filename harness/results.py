@@ -242,6 +242,10 @@ class RunInfo(_Strict):
     created: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     baseline: str | None = None
     hosts: list[str] = []
+    # What a resume needs besides the hosts (absent in run.json files from before they were recorded):
+    hosts_file: str | None = None  # the inventory the hosts were read from (absolute)
+    patches_dir: str | None = None  # the patch sets the keys were made from (absolute)
+    host_gpus: dict[str, int] = {}  # GPUs asked of hosts without `gpus:` (for the record; keys do not use them)
     attempts: list[PlannedEntry] = []
 
     def to_json(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -23,12 +23,12 @@ MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most th
 
 
 def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
-    """Pure: the reason this host cannot take the attempt, or None. Arch is only known when the
-    inventory says it; otherwise the agent checks on the host (nvidia-smi)."""
+    """Pure: the reason this host cannot take the attempt, or None. Arch (and, before a sweep asks the host,
+    the GPU count) is only known when the inventory says it; otherwise the agent checks on the host (nvidia-smi)."""
     exp = a.resolved.experiment
     if a.arch and host.arch != a.arch:
         return f"this run of the baseline is for {a.arch} hosts"
-    if exp.gpus_needed > host.gpus:
+    if host.gpus is not None and exp.gpus_needed > host.gpus:
         return f"needs {exp.gpus_needed} GPUs, has {host.gpus}"
     backend = a.resolved.backend
     if backend and not backend.fits_arch(host.arch) and exp.expect != "crash":
@@ -39,11 +39,15 @@ def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
 # ============================================================================ run.json
 
 
-def write_run_file(store: ResultsStore, run_id: str, plan: Plan, hosts: dict[str, HostConfig]) -> Path:
-    """The run's plan, so `--resume` runs what has no final record (replaced on resume: the newest plan counts)."""
+def write_run_file(store: ResultsStore, run_id: str, plan: Plan, hosts: Mapping[str, HostConfig], *,
+                   hosts_file: Path | None = None, patches_dir: Path | None = None,
+                   host_gpus: Mapping[str, int] | None = None) -> Path:
+    """The run's plan and what `--resume` needs to plan it again alike (its hosts, their inventory, the
+    patch sets), so a resume runs what has no final record (replaced on resume: the newest plan counts)."""
     return store.write_run(RunInfo(
         run_id=run_id, sweep=plan.name, sweep_file=str(plan.file.resolve()), baseline=plan.baseline,
-        hosts=sorted(hosts),
+        hosts=sorted(hosts), hosts_file=str(hosts_file.resolve()) if hosts_file else None,
+        patches_dir=str(patches_dir.resolve()) if patches_dir else None, host_gpus=dict(host_gpus or {}),
         attempts=[PlannedEntry(key=a.key, experiment=a.name, round=a.round, order=a.order,
                                backend=a.resolved.backend_name, arch=a.arch) for a in plan.attempts]))
 
@@ -73,9 +77,10 @@ class SweepReporter(Reporter, Protocol):
 class Scheduler:
     def __init__(self, plan: Plan, hosts: dict[str, HostConfig], store: ResultsStore, run_id: str, *,
                  reporter: SweepReporter, transport_factory: Callable[[str, HostConfig], Transport] = connect,
-                 infra_cooldown_s: float = 30.0):
+                 infra_cooldown_s: float = 30.0, unusable: Mapping[str, str] | None = None):
         self.plan = plan
         self.hosts = hosts
+        self.unusable = dict(unusable or {})  # host → why this sweep cannot use it (no worker runs there)
         self.store = store
         self.run_id = run_id
         self.reporter = reporter
@@ -84,6 +89,7 @@ class Scheduler:
         self.cancel = threading.Event()
         self._cv = threading.Condition()
         self._pending: list[PlannedAttempt] = []
+        self._stranded: list[PlannedAttempt] = []  # only an unusable host might take them: left for a resume
         self._running: dict[str, PlannedAttempt] = {}
         self._tries: dict[str, int] = {}
         self._avoid: dict[str, set[str]] = {}  # key → hosts where it hit an infrastructure failure
@@ -109,6 +115,8 @@ class Scheduler:
         workers = [threading.Thread(target=self._worker, args=(name,), name=f"host-{name}", daemon=True)
                    for name in self._worker_hosts()]
         self._live_workers = len(workers)
+        if not workers:
+            self._workers_done.set()
         for w in workers:
             w.start()
         # Wait on an event, not Thread.join: a Ctrl-C landing inside join() can leave CPython believing
@@ -124,7 +132,8 @@ class Scheduler:
             while not self._workers_done.wait(0.2):
                 pass
         with self._cv:
-            self.outcome.left = sorted(self._pending + list(self._running.values()), key=lambda a: a.order)
+            self.outcome.left = sorted(self._pending + self._stranded + list(self._running.values()),
+                                       key=lambda a: a.order)
         return self.outcome
 
     # ------------------------------------------------------------------ internals
@@ -133,16 +142,22 @@ class Scheduler:
         """One worker per target repo: two inventory names for the same repo would race for its lock."""
         seen: dict[tuple, str] = {}
         for name, h in self.hosts.items():
+            if name in self.unusable:
+                continue
             seen.setdefault((h.address, h.port, h.user, h.repo), name)
         return list(seen.values())
 
     def _refuse_unplaceable(self) -> None:
-        """An attempt no host can take is a deterministic outcome: record it, do not wait for it."""
+        """An attempt no host can take is a deterministic outcome: record it, do not wait for it. One that
+        only a host unusable for this sweep might take is no outcome: it is left, to run on resume."""
         for a in list(self._pending):
             reasons = {n: why_host_does_not_fit(a, h) for n, h in self.hosts.items()}
             if all(reasons.values()):
                 self._pending.remove(a)
                 self._record_unplaceable(a, reasons)
+            elif all(reasons[n] or n in self.unusable for n in self.hosts):
+                self._pending.remove(a)
+                self._stranded.append(a)
 
     def _record_unplaceable(self, a: PlannedAttempt, reasons: dict[str, str | None]) -> None:
         directory = self.store.new_attempt_dir(self.run_id, a.name)

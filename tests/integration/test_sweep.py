@@ -4,6 +4,7 @@ over real sshd), interrupted and resumed, with infrastructure failures retried a
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -275,3 +276,158 @@ def test_a_sweep_in_which_nothing_ran_does_not_exit_0(tmp_path):
     assert p.returncode == 3, p.stdout + p.stderr
     assert "nothing ran: all 2 attempt(s) were refused before launch" in p.stderr
     assert "my-notes.txt" in p.stderr
+
+
+# ---------------------------------------------------------------------------- resuming on the run's own hosts
+
+
+def write_inventory(tmp_path: Path, hosts: dict[str, HostConfig], name: str = "hosts.yaml",
+                    without_gpus: bool = False) -> Path:
+    f = tmp_path / name
+    entries = {n: h.model_dump(mode="json", exclude={"gpus"} if without_gpus else None) for n, h in hosts.items()}
+    f.write_text(yaml.safe_dump({"hosts": entries}))
+    return f
+
+
+def interrupt_after_first_ok(proc: subprocess.Popen) -> str:
+    """Let one attempt finish, SIGINT the next one mid-flight; everything the sweep printed."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if " → ok" in line:
+            break
+    for line in proc.stdout:
+        lines.append(line)
+        if ": start " in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(60) == 130, "".join(lines) + rest
+    return "".join(lines) + rest
+
+
+def test_the_printed_resume_command_resumes_on_the_runs_own_hosts(tmp_path):
+    """`--hosts a` of an inventory of two, Ctrl-C, then exactly the command the harness printed: the
+    resume plans the same keys, runs only what had no result, and never touches the other host."""
+    hosts = local_hosts(tmp_path, {"a": "sm90", "b": "sm90"})
+    (tmp_path / "inventory").mkdir()  # not where a default would find it
+    inventory = write_inventory(tmp_path / "inventory", hosts)
+    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 40, "input_len": 16, "output_len": 24,
+                                 "max_concurrency": 1}])
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]},
+                   rounds=2)
+    results = tmp_path / "my results"
+    argv = HARNESS + ["sweep", str(f), "--hosts", "a", "--hosts-file", str(inventory), "--results-dir", str(results),
+                      "--patches-dir", str(PATCHES)]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    printed = interrupt_after_first_ok(proc)
+    hint = next(line.strip() for line in printed.splitlines() if line.strip().startswith("harness sweep "))
+    run_id = next(p.name for p in results.iterdir() if (p / "run.json").exists())
+    before = json.loads((results / run_id / "run.json").read_text())
+    assert before["hosts"] == ["a"] and before["hosts_file"] == str(inventory)
+    assert before["patches_dir"] == str(PATCHES)
+    assert shlex.split(hint) == ["harness", "sweep", str(f), "--resume", run_id, "--results-dir", str(results)]
+
+    # From another folder, where neither the inventory nor the patch sets would be found by default.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = subprocess.run(HARNESS + shlex.split(hint)[1:], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 attempt(s) already had a final record" in p.stdout
+    after = json.loads((results / run_id / "run.json").read_text())
+    assert after["hosts"] == ["a"] and after["attempts"] == before["attempts"], "the same plan, the same keys"
+    by_key = records_on_disk(results, run_id)
+    assert set(by_key) == {a["key"] for a in before["attempts"]}
+    for recs in by_key.values():
+        assert [r.status for r in recs if is_final_on_disk(r)] == ["ok"], "a finished attempt ran again"
+    assert {r.host for v in by_key.values() for r in v} == {"a"}, "the other host of the inventory was used"
+    assert not (tmp_path / "b-work").exists(), "the other host was contacted"
+
+
+def test_a_resume_on_other_hosts_is_refused_and_changes_nothing(tmp_path):
+    hosts = local_hosts(tmp_path, {"a": "sm90", "b": "sm90"})
+    inventory = write_inventory(tmp_path, hosts)
+    small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml", rounds=2)
+    results = tmp_path / "results"
+    store = ResultsStore(results)
+    run_id = new_run_id()
+    write_run_file(store, run_id, plan_sweep(f, PATCHES, {"a": hosts["a"]}), {"a": hosts["a"]},
+                   hosts_file=inventory, patches_dir=PATCHES)
+    before = (results / run_id / "run.json").read_text()
+    base_argv = ["--resume", run_id, "--results-dir", str(results)]
+    for other in ("b", "a,b"):
+        p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts", other] + base_argv, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"run {run_id} ran on host(s) a, not {other.replace(',', ', ')}" in p.stderr
+        assert "without --hosts" in p.stderr and "Traceback" not in p.stderr
+    # The run's host left the inventory: said so, with the file and what to do.
+    smaller = write_inventory(tmp_path, {"b": hosts["b"]}, name="smaller.yaml")
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts-file", str(smaller)] + base_argv, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "not in this inventory: a" in p.stderr and str(smaller) in p.stderr, p.stderr
+    assert (results / run_id / "run.json").read_text() == before
+    assert records_on_disk(results, run_id) == {}
+    assert not (tmp_path / "a-work").exists() and not (tmp_path / "b-work").exists()
+
+
+# ---------------------------------------------------------------------------- hosts without `gpus:`
+
+
+def test_a_host_without_gpus_runs_what_its_gpus_allow_and_an_explicit_gpus_limits_it(tmp_path):
+    """The sim reports its GPUs through nvidia-smi: an entry without `gpus:` on an 8-GPU sim runs a TP 2
+    experiment; `gpus: 1` on the same kind of host is the user's limit, and refuses it."""
+    hosts = local_hosts(tmp_path, {"eight": "sm90"})
+    one = init_target(tmp_path / "one", arch="sm90", gpus=1)
+    hosts["one"] = HostConfig(address="local", repo=str(one.repo), python=str(one.python), arch="sm90",
+                              workdir=str(tmp_path / "one-work"))
+    inventory = write_inventory(tmp_path, hosts, without_gpus=True)
+    small_base(tmp_path)  # tp 2
+    f = sweep_file(tmp_path, name="s", base="base.yaml", rounds=2)
+    results = tmp_path / "results"
+    argv = HARNESS + ["sweep", str(f), "--hosts-file", str(inventory), "--results-dir", str(results),
+                      "--patches-dir", str(PATCHES)]
+    p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_id = next(d.name for d in results.iterdir() if (d / "run.json").exists())
+    by_key = records_on_disk(results, run_id)
+    assert sorted((r.status, r.host) for v in by_key.values() for r in v) == [("ok", "eight"), ("ok", "eight")]
+    run = json.loads((results / run_id / "run.json").read_text())
+    assert run["host_gpus"] == {"eight": 8, "one": 1}
+    keys = [a["key"] for a in run["attempts"]]
+
+    # Resumed, the same keys (they do not depend on what the hosts said): nothing runs again.
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--resume", run_id, "--results-dir", str(results)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "2 attempt(s) already had a final record" in p.stdout, p.stdout + p.stderr
+    assert [a["key"] for a in json.loads((results / run_id / "run.json").read_text())["attempts"]] == keys
+
+    limited = write_inventory(tmp_path, {"eight": hosts["eight"].model_copy(update={"gpus": 1})}, name="limited.yaml")
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts-file", str(limited), "--results-dir", str(results),
+                                  "--patches-dir", str(PATCHES)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "nothing ran" in p.stderr and "needs 2 GPUs, has 1" in p.stderr
+
+
+def test_a_host_that_cannot_be_asked_for_its_gpus_is_not_used_and_its_work_is_left(tmp_path):
+    hosts = local_hosts(tmp_path, {"good": "sm90", "down": "sm90"})
+    hosts["down"] = hosts["down"].model_copy(update={"python": "/nonexistent/python"})
+    inventory = write_inventory(tmp_path, hosts, without_gpus=True)
+    small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml")
+    results = tmp_path / "results"
+    base_argv = ["--hosts-file", str(inventory), "--results-dir", str(results), "--patches-dir", str(PATCHES)]
+    p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts", "down"] + base_argv, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "host down is not used in this sweep: could not ask how many GPUs it has" in p.stderr
+    assert "1 attempt(s) not run" in p.stderr and "--resume" in p.stderr
+    run_id = next(d.name for d in results.iterdir() if (d / "run.json").exists())
+    assert records_on_disk(results, run_id) == {}, "an unreachable host is no result: nothing final recorded"
+
+    p = subprocess.run(HARNESS + ["sweep", str(f)] + base_argv, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "host down is not used in this sweep" in p.stderr

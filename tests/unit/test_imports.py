@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 # Not controller modules: the agent runs on the host (stdlib only), the simulated target is SGLang's stand-in.
 SKIP = ("agent", "sim")
-PURE = ("backends", "commands", "metrics", "spec", "triage", "errors")
+PURE = ("backends", "commands", "metrics", "spec", "triage", "errors", "resume", "hostgpus")
 EDGE = {"cli", "runner", "scheduler", "transport", "recording", "results", "report", "progress"}
 
 

@@ -1,0 +1,79 @@
+"""GPU counts of sweep hosts: `gpus:` when the inventory says it (a user's limit), else asked of the host;
+a host that cannot be asked is unusable for the sweep, with the reason."""
+
+import threading
+
+import pytest
+
+from harness.config import HostConfig, load_inventory
+from harness.errors import HostUnreachable
+from harness.hostgpus import answer_from_status, apply_answers, count_gpus
+from harness.plan import plan_sweep
+from harness.scheduler import why_host_does_not_fit
+from tests.conftest import PATCHES
+
+GPU = {"index": "0", "uuid": "GPU-0", "name": "NVIDIA H200", "compute_cap": "9.0"}
+
+
+def status_with(n: int) -> dict:
+    return {"status": "ok", "repo": "/r", "gpus": [dict(GPU, index=str(i)) for i in range(n)]}
+
+
+def test_a_host_without_gpus_is_not_one_gpu(tmp_path):
+    f = tmp_path / "hosts.yaml"
+    f.write_text("hosts:\n  box:\n    address: local\n    repo: /r\n")
+    assert load_inventory(f).hosts["box"].gpus is None
+
+
+def test_the_count_is_read_from_a_status_report_or_the_reason_there_is_none():
+    assert answer_from_status(status_with(8)) == 8
+    assert answer_from_status(status_with(0)) == 0  # nvidia-smi works, CUDA_VISIBLE_DEVICES leaves none
+    assert "nvidia-smi" in str(answer_from_status({"status": "ok", "repo": "/r", "gpus": None}))
+    assert "gpus:" in str(answer_from_status({"status": "ok", "repo": "/r", "gpus": None}))
+    assert "/r is not a git checkout" in str(answer_from_status({"status": "ok", "repo": "/r", "exists": False}))
+    assert "boom" in str(answer_from_status({"status": "infra-error", "error": "boom"}))
+
+
+def test_an_explicit_gpus_wins_and_is_not_asked():
+    hosts = {"limited": HostConfig(address="local", repo="/a", gpus=1),
+             "auto": HostConfig(address="local", repo="/b"),
+             "down": HostConfig(address="local", repo="/c")}
+    asked: list[str] = []
+    lock = threading.Lock()
+
+    def ask(name: str, host: HostConfig) -> dict:
+        with lock:
+            asked.append(name)
+        if name == "down":
+            raise HostUnreachable(name, "connection refused")
+        return status_with(8)
+
+    counted = count_gpus(hosts, ask)
+    assert sorted(asked) == ["auto", "down"]
+    assert counted.usable["limited"].gpus == 1 and counted.usable["auto"].gpus == 8
+    assert counted.asked == {"auto": 8}
+    assert set(counted.unusable) == {"down"}
+    assert "could not ask how many GPUs it has" in counted.unusable["down"]
+    assert "connection refused" in counted.unusable["down"]
+    assert hosts["auto"].gpus is None, "the inventory's config is not changed (attempt keys use it)"
+
+
+def test_no_host_to_ask_asks_nothing():
+    hosts = {"a": HostConfig(address="local", repo="/a", gpus=2)}
+    counted = count_gpus(hosts, lambda n, h: pytest.fail("asked a host with gpus:"))
+    assert counted.usable == hosts and not counted.unusable and not counted.asked
+
+
+def test_apply_answers_is_pure():
+    hosts = {"a": HostConfig(address="local", repo="/a")}
+    assert apply_answers(hosts, {"a": 4}).usable["a"].gpus == 4
+    assert apply_answers(hosts, {"a": "no route"}).unusable == {"a": "could not ask how many GPUs it has: no route"}
+
+
+def test_an_unknown_count_does_not_refuse_before_the_host_is_asked(tmp_path):
+    """`--dry-run` asks no host: a host without `gpus:` fits as far as the plan knows."""
+    (tmp_path / "base.yaml").write_text("name: base\nbackend: flashinfer-mla\nmodel: {path: /m}\nserver: {tp: 2}\n")
+    (tmp_path / "s.yaml").write_text("name: s\nbase: base.yaml\n")
+    a = plan_sweep(tmp_path / "s.yaml", PATCHES, {}).attempts[0]
+    assert why_host_does_not_fit(a, HostConfig(address="local", repo="/a")) is None
+    assert why_host_does_not_fit(a, HostConfig(address="local", repo="/a", gpus=1)) == "needs 2 GPUs, has 1"
