@@ -13,7 +13,6 @@ from .config import HostConfig
 from .errors import ConfigError
 
 
-
 class RunHosts(Protocol):
     """What of a run's run.json (`results.RunInfo`) choosing its hosts needs."""
 
