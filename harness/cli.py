@@ -7,6 +7,7 @@ Exit codes: 0 every attempt ended with a record (whatever its status); 2 configu
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -48,8 +49,10 @@ patch_app = typer.Typer(no_args_is_help=True, help="Make a patch set from your S
 app.add_typer(patch_app, name="patch")
 
 # soft_wrap: never break a line inside a path or a command a user may copy.
-# On a pipe rich assumes 80 columns: tables (plans, comparisons) would be folded into unreadable cells.
-_PIPE_WIDTH = None if sys.stdout.isatty() else 180
+# On a pipe rich assumes 80 columns: tables (plans, comparisons) would be folded into unreadable cells, so 180
+# unless COLUMNS says otherwise (e.g. COLUMNS=80 for a mail or a narrow log viewer).
+_PIPE_WIDTH = None if sys.stdout.isatty() else (int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit()
+                                                else 180)
 out = Console(soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 _debug = False

@@ -187,10 +187,37 @@ def comparison_table(rows: list[report.Row], metric: str, width: int) -> Table:
     return table
 
 
+def comparison_blocks(rows: list[report.Row], metric: str) -> list[str]:
+    """The narrowest layout, for a console too narrow for either table (a GPU column and a top-op column do
+    not fit 80 columns beside the names): one block per experiment — its name, backend, GPU and status on
+    a line, then a line per bench case. Lines wrap by words at the console's width."""
+    headers, lines = _comparison_cells(rows, metric, one_row_per_case=True)
+    at = {h: i for i, h in enumerate(headers)}
+    pad = max((len(line[at["case"]]) for _, line in lines), default=0)
+    out: list[str] = []
+    for _, line in lines:
+        if line[at["experiment"]]:  # an experiment's first line: its own facts
+            facts = [line[at["experiment"]], line[at["backend"]]] + ([line[at["GPU"]]] if "GPU" in at else [])
+            out.append("  ".join(facts) + ": " + line[at["status"]]
+                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else ""))
+        case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
+        if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
+            out.append(f"    {case.ljust(pad)}  {val}  {ratio}")
+    return out
+
+
 def print_comparison(out: Console, rows: list[report.Row], metric: str, *, chosen: bool = False) -> None:
-    """The table, then the numbered notes, then which row is the baseline. `chosen`: the harness picked the
-    baseline, not the user."""
-    out.print(comparison_table(rows, metric, out.width))
+    """The table (or, on a console too narrow for it, one block per experiment), then the numbered notes,
+    then which row is the baseline. `chosen`: the harness picked the baseline, not the user."""
+    table = comparison_table(rows, metric, out.width)
+    if all(c.width is None for c in table.columns):  # no layout fits without cutting words
+        lower = "lower" if report.lower_is_better(metric) else "higher"
+        unit = report.metric_unit(metric)
+        out.print(Text(f"{metric}{f' ({unit})' if unit else ''}, {lower} is better"), soft_wrap=False)
+        for line in comparison_blocks(rows, metric):
+            out.print(Text(line), soft_wrap=False)
+    else:
+        out.print(table)
     # soft_wrap=False: wrapped by words at the console's width, even on a console that soft-wraps (the CLI's)
     out.print(Text(f"median ± CV: the median over the repeats ± their coefficient of variation (n repeats); "
                    f"vs base: ▲ better ▼ worse ≈ not significant (Mann-Whitney, p ≥ {report.ALPHA}) ? too few "

@@ -664,3 +664,29 @@ def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
         assert sorted(len(d.get_ydata()) for d in dots) == [5, 5]  # every repeat of both measured rows
         labels = [t.get_text() for t in ax.get_xticklabels()]
         assert labels == [r.label for r in rows]
+
+
+def test_too_narrow_for_any_table_each_experiment_becomes_a_block_of_whole_words():
+    """Seen in the demo at 80 columns: a GPU column and a top-op column beside the names left no layout that
+    fits, and rich squeezed every column until "sim-flashinfer-mla" read "sim-fl / ashinf / er-mla"."""
+    from harness.report import cell_text, ratio_text
+    from harness.results import ProfileOp, ProfileSummary
+
+    records = fleet(mixed=True)
+    for r in records:
+        if r.status == "ok":
+            r.profile = ProfileSummary(total_gpu_us=1e6, steps=5, kernels=10,
+                                       top=[ProfileOp(name="aten::copy_", gpu_us=4.2e5, share=0.42, calls=5)])
+    rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
+    text = render(rows, "output_throughput", 80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    assert "┃" not in text and "│" not in text  # not a squeezed table
+    for r in records:  # each experiment's name and backend whole, on one line
+        assert any(r.experiment in line and r.backend in line for line in lines), (r.experiment, text)
+    for r in rows:
+        for case, c in r.cells.items():
+            if c.median is not None:
+                assert any(line.split()[:1] == [case] and cell_text(c) in line
+                           and ratio_text(c, r.is_baseline) in line for line in lines), (case, text)
+    assert "aten::copy_" in text and ERROR in " ".join(text.split())
