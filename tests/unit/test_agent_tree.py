@@ -393,6 +393,10 @@ def test_tree_changed_between_preflight_and_apply_fails_as_apply_failed_naming_t
     result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
     assert result["status"] == "apply-failed"
     assert "caf\ufffd.txt" in result["error"]
+    # git's reason on the first line (the one progress lines and summaries show), and all it said below it
+    first, *rest = result["error"].splitlines()
+    assert first.startswith("git apply failed: patch failed: caf\ufffd.txt"), first
+    assert any("patch does not apply" in line for line in rest), result["error"]
     assert result["revert"]["verified"] is True and not journal_path(repo).exists()
 
 
