@@ -27,6 +27,14 @@ def _results_in_tmp(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HARNESS_RESULTS_DIR", str(tmp_path / "results"))
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_size(monkeypatch) -> None:
+    """The CLI sizes its tables from COLUMNS on a pipe: a test reads what the CLI prints, so the width of the
+    terminal the suite happens to run in must not change it (tests that want a width set it themselves)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory) -> SSHServer:
     if not (shutil.which("sshd") or Path("/usr/sbin/sshd").exists()):
