@@ -78,7 +78,10 @@ class FreshClone:
         t0 = time.monotonic()
         (self.base / "home").mkdir(parents=True, exist_ok=True)
         _check(["git", "clone", "--quiet", str(ROOT), str(self.clone)], self.base, self.env())
-        _check([sys.executable, "-m", "venv", "--system-site-packages", str(self.venv)], self.base, self.env())
+        # --without-pip: Debian's Python has no ensurepip unless python3-venv is installed; the venv's
+        # `python -m pip` is this Python's pip, seen through the system site-packages, installing into the venv.
+        _check([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(self.venv)], self.base,
+               self.env())
         return time.monotonic() - t0
 
     def cannot_build(self) -> str | None:
