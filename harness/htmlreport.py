@@ -208,7 +208,7 @@ def summary(records: list[Record]) -> list[dict[str, Any]]:
 
 
 def build_context(records: list[Record], rows: list[report.Row], metric: str, *,
-                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, str]] | None,
+                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]] | None,
                   logs: Mapping[AttemptKey, str] | None = None, chosen_baseline: bool = False,
                   generated: str | None = None) -> dict[str, Any]:
     """Everything the template shows. `plots`: one {case, svg} per bench case, or None without matplotlib."""
@@ -236,7 +236,7 @@ def build_context(records: list[Record], rows: list[report.Row], metric: str, *,
 # ============================================================================ plots (matplotlib, optional)
 
 
-def case_plots(rows: list[report.Row], metric: str) -> list[dict[str, str]] | None:
+def case_plots(rows: list[report.Row], metric: str) -> list[dict[str, Any]] | None:
     """One inline SVG per bench case (report.plot_figure's panel), or None when matplotlib is missing."""
     try:
         import matplotlib
@@ -251,7 +251,11 @@ def case_plots(rows: list[report.Row], metric: str) -> list[dict[str, str]] | No
         # text stays text (small, searchable, readable in the DOM); the same hash salt: the same page twice
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "harness"}):
             fig.savefig(buf, format="svg", metadata={"Date": None})
-        out.append({"case": case, "svg": scoped_svg(buf.getvalue(), f"plot{i}-")})
+        # The page's width, up to a little over the drawn size (text at its size, not blown up); many rows
+        # keep ~45 px each (labels readable) and scroll sideways on a narrow screen.
+        drawn = round(fig.get_figwidth() * 96)
+        out.append({"case": case, "svg": scoped_svg(buf.getvalue(), f"plot{i}-"),
+                    "min_width": min(drawn, 45 * len(rows)), "max_width": round(drawn * 1.25)})
     return out
 
 
