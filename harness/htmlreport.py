@@ -15,6 +15,7 @@ import dataclasses
 import io
 import os
 import re
+import shutil
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -23,12 +24,14 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__, report
+from .errors import ConfigError
 from .masking import mask_secrets, secret_values
 from .protocol import Status
 from .results import Record, ResultsStore, RunInfo
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"
+GENERATOR = '<meta name="generator" content="harness '  # how an earlier page of ours is told apart
 NO_MATPLOTLIB = ("matplotlib is not installed, so this page has no plots (the table above has every number). "
                  "Install it with: pip install 'harness[plot]', then write the page again.")
 REFUSED = {Status.PREFLIGHT_FAILED: "refused before launch"}
@@ -317,12 +320,30 @@ def render(context: dict[str, Any]) -> str:
     return env.get_template("report.html.j2").render(**context)
 
 
+def _make_room(out_dir: Path) -> None:
+    """`out_dir` new or empty, or an earlier page's folder (its excerpts are replaced); a folder holding
+    anything else is refused, never cleared."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{out_dir} is a file, not a folder", hint="give --html a folder (new or empty)")
+    if out_dir.is_dir():
+        others = sorted(p.name for p in out_dir.iterdir()
+                        if p.name not in (PAGE, "logs") and not p.name.startswith("."))
+        page = out_dir / PAGE
+        ours = not page.exists() or GENERATOR in page.read_text(encoding="utf-8", errors="replace")[:2000]
+        if others or not ours:
+            raise ConfigError(f"{out_dir} holds other files ({', '.join(others[:5]) or PAGE + ' of something else'})",
+                              hint="give --html a new or empty folder, or the folder of an earlier report")
+        if (out_dir / "logs").is_dir():
+            shutil.rmtree(out_dir / "logs")
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
 def write_html(out_dir: Path, records: list[Record], rows: list[report.Row], metric: str, *,
                stores: Mapping[str, ResultsStore], runs: Mapping[str, RunInfo | None],
                chosen_baseline: bool = False) -> Path:
     """Write the page and its log excerpts into `out_dir` (created; an older page there is replaced);
     the page's path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_room(out_dir)
     logs = copy_logs(records, stores, out_dir)
     context = build_context(records, rows, metric, runs=runs, plots=case_plots(rows, metric), logs=logs,
                             chosen_baseline=chosen_baseline)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import htmlreport, report
+from harness.errors import ConfigError
 from harness.results import Record, ResultsStore, RunInfo
 from tests.support.htmlpage import Page, external
 
@@ -200,3 +201,21 @@ def test_report_command_writes_the_page(store, tmp_path):
     p = subprocess.run([sys.executable, "-m", "harness", "report", "nope", "--html", str(out), "--results-dir",
                         str(store.root)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "no run 'nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_writing_again_replaces_the_page_and_a_foreign_folder_is_refused(store, tmp_path):
+    out = tmp_path / "page"
+    write(store, out, "run-a")
+    (out / "logs" / "run-a" / "stale.log.txt").write_text("old")
+    write(store, out, "run-a")  # an earlier page's folder: replaced, its old excerpts gone
+    assert not (out / "logs" / "run-a" / "stale.log.txt").exists() and (out / "index.html").is_file()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="holds other files"):
+        write(store, mine, "run-a")
+    assert (mine / "notes.txt").read_text() == "keep me" and not (mine / "index.html").exists()
+    (mine / "notes.txt").unlink()
+    (mine / "index.html").write_text("<html>my own page</html>")
+    with pytest.raises(ConfigError, match="holds other files"):
+        write(store, mine, "run-a")
