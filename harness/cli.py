@@ -56,6 +56,7 @@ _PIPE_WIDTH = None if sys.stdout.isatty() else (int(os.environ["COLUMNS"]) if os
 out = Console(soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 _debug = False
+REPORT_DIR = "report"  # the demo's page: results/<run>/report/index.html
 RESULTS_HELP = ("Where records go (default: $HARNESS_RESULTS_DIR, else results/ of the checkout harness runs from, "
                 "else ~/.local/share/harness/results; never the current folder).")
 
@@ -285,6 +286,10 @@ def demo(
                           plot_file=None)
         out.print(f"\nrecords: {store.run_path(outcome.run_id)}   (harness compare {outcome.run_id}"
                   f"{_results_dir_arg(results_dir)})", highlight=False)
+        page = views.write_report([(store, outcome.run_id)], store.run_path(outcome.run_id) / REPORT_DIR,
+                                  baseline=None, metric="output_throughput")
+        out.print(f"report: {page}   (open it in a browser; the folder {page.parent.name}/ is self-contained)",
+                  highlight=False)
         if outcome.interrupted:
             raise typer.Exit(EXIT_INTERRUPTED)
         met = all(r.expectation_met or r.status == Status.PREFLIGHT_FAILED for r in outcome.done)
@@ -360,19 +365,39 @@ def compare(
     with errors_to_exit_codes(err, _debug):
         if fmt not in ("table", "markdown", "csv", "json"):
             raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
-        store = _open_store(results_dir, announce=False)
-        chosen: list[tuple[ResultsStore, str]] = []
-        for r in runs:
-            if Path(r).is_dir():  # a run folder given as a path: its parent is the store
-                folder = Path(r).resolve()
-                chosen.append((ResultsStore(folder.parent), folder.name))
-            elif store.has_run(r):
-                chosen.append((store, r))
-            else:
-                known = store.run_ids()
-                raise ConfigError(f"no run {r!r} (looked for {store.run_path(r)})",
-                                  hint=("known runs: " + ", ".join(known[-10:])) if known else "no runs yet")
+        chosen = _chosen_runs(_open_store(results_dir, announce=False), runs)
         views.show_comparison(out, chosen, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file)
+
+
+@app.command()
+def report(
+    runs: list[str] = typer.Argument(..., help="Run ids (under --results-dir) or run folders; two show what changed."),
+    html_dir: Path = typer.Option(..., "--html", help="Folder to write the page (index.html) and its log excerpts in."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
+    metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
+) -> None:
+    """A self-contained page of the runs: the comparison table, a plot per bench case, every failed attempt
+    with its log excerpt, the top op per backend, provenance and (for two runs) what changed. Opens from disk."""
+    with errors_to_exit_codes(err, _debug):
+        chosen = _chosen_runs(_open_store(results_dir, announce=False), runs)
+        page = views.write_report(chosen, html_dir, baseline=baseline, metric=metric)
+        out.print(f"report: {page}", highlight=False)
+
+
+def _chosen_runs(store: ResultsStore, runs: list[str]) -> list[tuple[ResultsStore, str]]:
+    chosen: list[tuple[ResultsStore, str]] = []
+    for r in runs:
+        if Path(r).is_dir():  # a run folder given as a path: its parent is the store
+            folder = Path(r).resolve()
+            chosen.append((ResultsStore(folder.parent), folder.name))
+        elif store.has_run(r):
+            chosen.append((store, r))
+        else:
+            known = store.run_ids()
+            raise ConfigError(f"no run {r!r} (looked for {store.run_path(r)})",
+                              hint=("known runs: " + ", ".join(known[-10:])) if known else "no runs yet")
+    return chosen
 
 
 @app.command()

@@ -16,7 +16,7 @@ from .config import HostConfig
 from .errors import ConfigError
 from .plan import Plan
 from .protocol import Status
-from .results import Record, ResultsStore
+from .results import Record, ResultsStore, RunInfo
 from .runner import AttemptOutcome
 
 
@@ -41,21 +41,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
                     plot_file: Path | None) -> None:
     """`baseline` and `metric` as the user gave them: an unknown name is a ConfigError listing the known ones
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
-    records: list[Record] = []
-    run_baseline = None
-    for store, run_id in runs:
-        run = store.find_run(run_id)
-        if run is not None:
-            run_baseline = run_baseline or run.baseline
-        records += store.final_records(run_id)
-    if not records:
-        raise ConfigError("no records to compare in " + ", ".join(str(store.run_path(r)) for store, r in runs))
-    if metric not in report.metric_names(records):
-        raise ConfigError(f"unknown metric {metric!r}", hint="metrics: " + ", ".join(report.metric_names(records)))
-    rows = report.build_rows(records, metric=metric, baseline=baseline or run_baseline)
-    if baseline and baseline not in report.baseline_names(rows):
-        raise ConfigError(f"no experiment {baseline!r} to use as the baseline",
-                          hint="experiments: " + ", ".join(report.baseline_names(rows)))
+    _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
         report.plot(rows, metric, str(plot_file))
     if fmt == "markdown":
@@ -68,6 +54,39 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
         print_comparison(out, rows, metric, chosen=not (baseline or run_baseline))
     if plot_file is not None and fmt == "table":
         out.print(f"plot: {plot_file}", highlight=False)
+
+
+def comparison_rows(runs: list[tuple[ResultsStore, str]], *, baseline: str | None, metric: str
+                    ) -> tuple[list[Record], list[report.Row], str | None, dict[str, RunInfo | None]]:
+    """The runs' final records, their rows, the runs' own baseline (from the sweep file) and run.json files;
+    an unknown metric or baseline, or no records at all, is a ConfigError listing what exists."""
+    records: list[Record] = []
+    run_baseline = None
+    infos: dict[str, RunInfo | None] = {}
+    for store, run_id in runs:
+        run = store.find_run(run_id)
+        infos[run_id] = run
+        if run is not None:
+            run_baseline = run_baseline or run.baseline
+        records += store.final_records(run_id)
+    if not records:
+        raise ConfigError("no records to compare in " + ", ".join(str(store.run_path(r)) for store, r in runs))
+    if metric not in report.metric_names(records):
+        raise ConfigError(f"unknown metric {metric!r}", hint="metrics: " + ", ".join(report.metric_names(records)))
+    rows = report.build_rows(records, metric=metric, baseline=baseline or run_baseline)
+    if baseline and baseline not in report.baseline_names(rows):
+        raise ConfigError(f"no experiment {baseline!r} to use as the baseline",
+                          hint="experiments: " + ", ".join(report.baseline_names(rows)))
+    return records, rows, run_baseline, infos
+
+
+def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str) -> Path:
+    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path."""
+    from .htmlreport import write_html
+
+    records, rows, run_baseline, infos = comparison_rows(runs, baseline=baseline, metric=metric)
+    return write_html(out_dir, records, rows, metric, stores={run_id: store for store, run_id in runs}, runs=infos,
+                      chosen_baseline=not (baseline or run_baseline))
 
 
 # ============================================================================ the comparison table

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
+from tests.support.htmlpage import Page, external
 from tests.support.sshd import free_port, keygen
 
 pytestmark = pytest.mark.integration
@@ -270,8 +273,23 @@ def test_sim_init_prints_interpreter(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
 
 
-def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(tmp_path):
-    p = harness("demo", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One `harness demo` (about 1.5 min) for the tests of its records, its table and its page."""
+    tmp_path = tmp_path_factory.mktemp("demo")
+    return tmp_path, harness("demo", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
+
+
+def demo_page(demo_run) -> Path:
+    tmp_path, p = demo_run
+    assert p.returncode == 0, p.stdout + p.stderr
+    (page,) = (tmp_path / "results").glob("*/report/index.html")
+    assert f"report: {page}" in p.stdout  # the demo ends by saying where its page is
+    return page
+
+
+def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(demo_run):
+    tmp_path, p = demo_run
     assert p.returncode == 0, p.stdout + p.stderr
     records = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
     by_exp = {}
@@ -300,3 +318,67 @@ def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(tmp_path):
     assert "top op" in p.stdout and "aten::copy_" in p.stdout  # every attempt profiled: the copy shows up
     stock = [r for r in by_exp["sim-flashinfer-mla"] if r["profile"]]
     assert stock and all(r["profile"]["top"][0]["name"] == "aten::copy_" for r in stock)
+
+
+def test_demo_writes_a_self_contained_page(demo_run):
+    page = demo_page(demo_run)
+    text = page.read_text()
+    html = Page(text)
+    exps = {r[0] for r in html.rows}
+    for exp in ("sim-flashinfer-mla", "sim-trtllm_mla", "sim-fp8-kv-into-mla-plan", "sim-hang-nccl-init",
+                "sim-cutlass_mla"):
+        assert any(exp in e for e in exps), (exp, exps)
+    cases = {c for r in demo_records(demo_run[0]) for c in r["metrics"]}
+    assert cases and html.svgs == len(cases)  # one plot per bench case
+    crash = [f for f in html.failures if "sim-fp8-kv-into-mla-plan" in f]
+    assert crash and all("ckv_scale_arr" in f or "SM90 (Hopper)" in f for f in crash)
+    assert any("refused before launch" in f and "sim-cutlass_mla" in f for f in html.failures)
+    assert "prefers-color-scheme: dark" in html.css and external(html.urls) == []
+    logs = [u for u in html.urls if u.startswith("logs/")]
+    assert logs and all((page.parent / u).is_file() for u in logs)  # every excerpt beside the page
+    assert sum(f.stat().st_size for f in page.parent.rglob("*") if f.is_file()) < 2_000_000
+
+
+def demo_records(tmp_path: Path) -> list[dict]:
+    return [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+ARTIFACTS = Path(os.environ.get("HARNESS_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "harness-test-artifacts")
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/test installs it (apt-get install chromium)")
+def test_demo_page_in_a_real_browser(demo_run, tmp_path, capsys):
+    """The demo's page as Chromium renders it, opened from disk: the DOM a reader sees has the table's rows,
+    a plot per case and the crash with its key line; screenshots in light and dark mode are kept."""
+    page = demo_page(demo_run)
+    browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1366,2400"]
+    dom = subprocess.run(browser + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0 and "</html>" in dom.stdout, dom.stderr[-2000:]
+    seen = Page(dom.stdout)
+    assert any("sim-flashinfer-mla" in r[0] for r in seen.rows) and any("▲" in "".join(r) for r in seen.rows)
+    cases = {c for r in demo_records(demo_run[0]) for c in r["metrics"]}
+    assert seen.svgs == len(cases) >= 1
+    assert any("sim-fp8-kv-into-mla-plan" in f and ("ckv_scale_arr" in f or "SM90 (Hopper)" in f)
+               for f in seen.failures)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shots = {}
+    for mode, flags in (("light", []), ("dark", ["--force-dark-mode"])):
+        shot = ARTIFACTS / f"demo-report-{mode}.png"
+        shot.unlink(missing_ok=True)
+        p = subprocess.run(browser + flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and shot.is_file() and shot.stat().st_size > 20_000, p.stderr[-2000:]
+        shots[mode] = shot
+    with capsys.disabled():
+        print(f"\nscreenshots of the demo's page: {', '.join(map(str, shots.values()))}")
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    corner = {m: sum(Image.open(s).convert("RGB").getpixel((4, 4))) for m, s in shots.items()}
+    assert corner["light"] > 600 and corner["dark"] < 150, corner  # prefers-color-scheme is honoured

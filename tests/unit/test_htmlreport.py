@@ -1,0 +1,221 @@
+"""The HTML report (harness/htmlreport.py): its context (pure), the page it writes (parsed with the stdlib's
+html.parser), without matplotlib, for two runs, and its size for a 50-attempt run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import htmlreport, report
+from harness.errors import ConfigError
+from harness.results import Record, ResultsStore, RunInfo
+from tests.support.htmlpage import Page, external
+
+GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}] * 8
+KEY = "ValueError: Exactly one of ckv_scale or ckv_scale_arr is required when kv_data_type is FP8."
+HINT = "pass the FP8 scales to run(), or keep the KV cache in BF16"
+SECRET = "hf_s3cretvalue42"
+PATCH_SHA = "ab" * 32
+
+
+def record(run, exp, attempt, samples=None, status="ok", version="0.5.23", **extra) -> Record:
+    metrics = {case: {"output_throughput": sorted(s)[len(s) // 2], "samples": {"output_throughput": s}}
+               for case, s in (samples or {}).items()}
+    profile = None
+    if status == "ok":
+        profile = {"total_gpu_us": 1000.0, "steps": 4, "kernels": 2, "top": [
+            {"name": "aten::copy_", "gpu_us": 600.0, "share": 0.6, "calls": 12,
+             "kernels": [{"name": "elementwise_kernel", "gpu_us": 590.0}]},
+            {"name": "flashinfer::mla_decode", "gpu_us": 300.0, "share": 0.3, "calls": 48}]}
+    return Record(run_id=run, experiment=exp, attempt=attempt, host="sim-h200", backend=extra.pop("backend", exp),
+                  status=status, metrics=metrics, profile=profile,
+                  provenance={"gpu": GPU, "server_version": version, "flashinfer_version": "0.7.2",
+                              "base_commit": "c" * 40, "patch_sets": {"fp8-kv": PATCH_SHA}, "harness_version": "0.1.0",
+                              "arch": "sm90", "hostname": "box-1"}, **extra)
+
+
+def write_run(store: ResultsStore, run: str, *, fast: float = 1.5, version: str = "0.5.23", extra_ok: int = 0) -> None:
+    store.write_run(RunInfo(run_id=run, sweep="nightly", sweep_file="/x/nightly.yaml", baseline="base"))
+    recs = []
+    for i in range(2):
+        recs.append(record(run, "base", f"0{i + 1}", {"bs1": [100, 101, 99], "bs8": [400, 404, 396]},
+                           version=version))
+        recs.append(record(run, "fast", f"0{i + 1}", {"bs1": [100 * fast, 101 * fast, 99 * fast],
+                                                       "bs8": [400 * fast, 402 * fast, 398 * fast]}, version=version))
+    for i in range(extra_ok):
+        recs.append(record(run, f"more-{i:02d}", "01", {"bs1": [90 + i, 91 + i, 92 + i, 93 + i],
+                                                         "bs8": [380 + i, 381 + i, 379 + i, 382 + i]}, version=version))
+    recs.append(record(run, "crashy", "01", status="crashed", version=version, expect="crash", expectation_met=True,
+                       verdict={"verdict": "crash", "category": "kernel-error", "key_line": KEY,
+                                "phase": "cuda-graph-capture", "hint": HINT}))
+    recs.append(record(run, "hangs", "01", status="hung", version=version,
+                       verdict={"category": "hung", "key_line": "Init torch distributed begin.",
+                                "phase": "distributed-init", "hint": "a collective waits for a peer"}))
+    recs.append(record(run, "refused", "01", status="preflight-failed", version=version,
+                       error="backend cutlass_mla needs SGLang >= 0.5.24 (found 0.5.23)\nmore detail"))
+    for rec in recs:
+        d = store.new_attempt_dir(run, rec.experiment, rec.attempt)
+        store.write_record(d, rec)
+        if rec.status.value in ("crashed", "hung"):
+            lines = [f"[2026-11-30 01:00:{i % 60:02d}] line {i} of the server log" for i in range(500)]
+            (d / "server.log").write_text("\n".join(lines + [f"HF_TOKEN={SECRET}", KEY]) + "\n")
+
+
+@pytest.fixture
+def store(tmp_path) -> ResultsStore:
+    s = ResultsStore(tmp_path / "results")
+    write_run(s, "run-a")
+    return s
+
+
+def load(store: ResultsStore, *runs: str, metric: str = "output_throughput"):
+    records = [r for run in runs for r in store.final_records(run)]
+    rows = report.build_rows(records, metric=metric, baseline="base")
+    return records, rows
+
+
+def test_table_context_has_every_row_with_its_gpu_ratio_and_verdict(store):
+    records, rows = load(store, "run-a")
+    t = htmlreport.table_context(rows, "output_throughput")
+    assert t["headers"][:4] == ["experiment", "backend", "GPU", "status"]
+    assert "bs1 median ± CV, tok/s" in t["headers"] and "bs8 vs base" in t["headers"]
+    by = {r["label"]: r for r in t["rows"]}
+    assert set(by) == {"base", "fast", "crashy", "hangs", "refused"}
+    assert by["base"]["baseline"] and t["baseline"] == ["base"]
+    assert all(r["cells"][2]["text"] == "NVIDIA H200 x8" for r in t["rows"])
+    fast = by["fast"]["cells"]
+    ratio = fast[t["headers"].index("bs1 vs base")]
+    assert ratio["text"] == "1.50x ▲" and "v-better" in ratio["cls"] and ratio["p"].startswith("p=")
+    assert by["crashy"]["status"] == "expected" and by["hangs"]["status"] == "fail"
+    assert KEY in by["crashy"]["cells"][-1]["text"]  # the key line in the notes
+
+
+def test_failures_context_keeps_verdict_key_line_phase_hint_and_log(store):
+    records, _ = load(store, "run-a")
+    logs = {("run-a", "crashy", "01"): "logs/run-a/crashy-01.log.txt"}
+    fails = {f["experiment"]: f for f in htmlreport.failures(records, logs)}
+    assert set(fails) == {"crashy", "hangs", "refused"}
+    c = fails["crashy"]
+    assert (c["category"], c["key_line"], c["phase"], c["hint"]) == ("kernel-error", KEY, "cuda-graph-capture", HINT)
+    assert c["expected"] and c["log"] == "logs/run-a/crashy-01.log.txt"
+    r = fails["refused"]
+    assert r["what"] == "refused before launch" and r["key_line"].startswith("backend cutlass_mla needs")
+    assert r["log"] is None and r["error"] is None  # the error's first line is its key line already
+    assert [f["experiment"] for f in htmlreport.failures(records, logs)][-1] == "crashy"  # expected ones last
+
+
+def test_top_ops_and_provenance(store):
+    records, _ = load(store, "run-a")
+    tops = htmlreport.top_ops(records)
+    assert [(t["backend"], t["op"], t["share"], t["kernel"]) for t in tops] == [
+        ("base", "aten::copy_", "60%", "elementwise_kernel"), ("fast", "aten::copy_", "60%", "elementwise_kernel")]
+    prov = htmlreport.provenance(records, {"run-a": store.find_run("run-a")})
+    (host,) = prov["hosts"]
+    assert (host["host"], host["gpu"], host["sglang"], host["flashinfer"], host["commit"]) == (
+        "sim-h200", "NVIDIA H200 x8", "0.5.23", "0.7.2", "c" * 40)
+    assert prov["patches"] == [{"run": "run-a", "name": "fp8-kv", "sha256": PATCH_SHA}]
+    assert prov["runs"][0]["sweep"] == "nightly"
+
+
+def write(store: ResultsStore, out: Path, *runs: str) -> tuple[Path, Page, str]:
+    records, rows = load(store, *runs)
+    page = htmlreport.write_html(out, records, rows, "output_throughput", stores={r: store for r in runs},
+                                 runs={r: store.find_run(r) for r in runs})
+    text = page.read_text()
+    return page, Page(text), text
+
+
+def test_page_shows_table_plots_failures_provenance_and_dark_mode(store, tmp_path):
+    page, p, text = write(store, tmp_path / "page", "run-a")
+    assert page == tmp_path / "page" / "index.html"
+    assert {r[0] for r in p.rows} == {"base", "fast", "crashy", "hangs", "refused"}
+    fast = next(r for r in p.rows if r[0] == "fast")
+    assert any(c.startswith("1.50x ▲p=") for c in fast) and "NVIDIA H200 x8" in fast  # the p-value under the ratio
+    assert p.svgs == 2  # one plot per bench case: bs1, bs8
+    assert text.count('class="plot"') == 2 and 'data-case="bs1"' in text and 'data-case="bs8"' in text
+    assert len(set(re.findall(r'\bid="([^"]+)"', text))) == len(re.findall(r'\bid="([^"]+)"', text))  # ids unique
+    crash = next(f for f in p.failures if "crashy" in f)
+    assert KEY in crash and HINT in crash and "cuda-graph-capture" in crash and "as expected" in crash
+    assert any("refused before launch" in f and "cutlass_mla" in f for f in p.failures)
+    assert len(p.failures) == 3
+    body = " ".join(p.text)
+    for fact in ("0.5.23", "0.7.2", "c" * 40, PATCH_SHA, "box-1", "aten::copy_", "each black dot"):
+        assert fact in body, fact
+    assert "prefers-color-scheme: dark" in p.css and "color-scheme" in text
+    assert external(p.urls) == [] and "@import" not in p.css and "url(http" not in text
+    # the log excerpts: beside the page, linked relatively, the last lines only, secrets masked
+    logs = [u for u in p.urls if u.startswith("logs/")]
+    assert sorted(logs) == ["logs/run-a/crashy-01.log.txt", "logs/run-a/hangs-01.log.txt"]
+    excerpt = (page.parent / logs[0]).read_text()
+    assert KEY in excerpt and "line 499 of" in excerpt and "line 200 of" not in excerpt
+
+
+def test_log_excerpt_masks_secret_values_of_the_environment(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    page, p, _ = write(store, tmp_path / "page", "run-a")
+    excerpt = (page.parent / "logs/run-a/crashy-01.log.txt").read_text()
+    assert SECRET not in excerpt and "HF_TOKEN=<redacted>" in excerpt
+
+
+def test_without_matplotlib_the_page_says_so_instead_of_plots(store, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    _, p, text = write(store, tmp_path / "page", "run-a")
+    assert p.svgs == 0 and "matplotlib is not installed" in text and "harness[plot]" in text
+    assert {r[0] for r in p.rows} == {"base", "fast", "crashy", "hangs", "refused"}
+
+
+def test_two_runs_show_what_changed(store, tmp_path):
+    write_run(store, "run-b", fast=2.0, version="0.5.24")
+    records, rows = load(store, "run-a", "run-b")
+    diff = htmlreport.changes(records, rows, "output_throughput", "run-a", "run-b")
+    assert {"what": "SGLang", "a": "0.5.23", "b": "0.5.24"} in diff["setup"]
+    fast = next(m for m in diff["results"] if m["experiment"] == "fast @ NVIDIA H200 x8" and m["case"] == "bs1")
+    assert fast["change"] == "1.33x ▲" and fast["cls"] == "v-better"
+    same = next(m for m in diff["results"] if m["experiment"].startswith("base") and m["case"] == "bs1")
+    assert same["change"] == "1.00x ≈"
+    _, p, text = write(store, tmp_path / "page", "run-a", "run-b")
+    assert 'id="changes"' in text and "What changed from run-a to run-b" in " ".join(p.text)
+
+
+def test_a_50_attempt_page_stays_under_2_mb(tmp_path):
+    store = ResultsStore(tmp_path / "results")
+    write_run(store, "big", extra_ok=43)
+    assert len(store.final_records("big")) == 50
+    page, p, _ = write(store, tmp_path / "page", "big")
+    assert p.svgs == 2 and len(p.rows) == 48
+    total = sum(f.stat().st_size for f in page.parent.rglob("*") if f.is_file())
+    assert page.stat().st_size < 2_000_000 and total < 2_000_000, (page.stat().st_size, total)
+
+
+def test_report_command_writes_the_page(store, tmp_path):
+    out = tmp_path / "html"
+    p = subprocess.run([sys.executable, "-m", "harness", "report", "run-a", "--html", str(out), "--results-dir",
+                        str(store.root)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"report: {out / 'index.html'}" in p.stdout
+    assert (out / "index.html").is_file() and (out / "logs" / "run-a" / "crashy-01.log.txt").is_file()
+    p = subprocess.run([sys.executable, "-m", "harness", "report", "nope", "--html", str(out), "--results-dir",
+                        str(store.root)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "no run 'nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_writing_again_replaces_the_page_and_a_foreign_folder_is_refused(store, tmp_path):
+    out = tmp_path / "page"
+    write(store, out, "run-a")
+    (out / "logs" / "run-a" / "stale.log.txt").write_text("old")
+    write(store, out, "run-a")  # an earlier page's folder: replaced, its old excerpts gone
+    assert not (out / "logs" / "run-a" / "stale.log.txt").exists() and (out / "index.html").is_file()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="holds other files"):
+        write(store, mine, "run-a")
+    assert (mine / "notes.txt").read_text() == "keep me" and not (mine / "index.html").exists()
+    (mine / "notes.txt").unlink()
+    (mine / "index.html").write_text("<html>my own page</html>")
+    with pytest.raises(ConfigError, match="holds other files"):
+        write(store, mine, "run-a")
