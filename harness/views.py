@@ -179,13 +179,18 @@ def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | 
     return fit_widths([lo for lo, _ in extents], [hi for _, hi in extents], width - 3 * len(headers) + 1)
 
 
+def _metric_title(metric: str) -> str:
+    """'output_throughput (tok/s), higher is better': the line above the table or the blocks."""
+    lower = "lower" if report.lower_is_better(metric) else "higher"
+    unit = report.metric_unit(metric)
+    return f"{metric}{f' ({unit})' if unit else ''}, {lower} is better"
+
+
 def comparison_table(rows: list[report.Row], metric: str, width: int) -> Table:
     """The terminal table for a console `width` wide: one row per experiment, or, when that cannot fit without
     cutting words, the compact layout with each bench case on a line of its own."""
-    lower = "lower" if report.lower_is_better(metric) else "higher"
-    unit = report.metric_unit(metric)
-    title = Text(f"{metric}{f' ({unit})' if unit else ''}, {lower} is better")  # the legend is printed below
-    table = Table(title=title, title_justify="left", show_edge=False)
+    # the legend is printed below
+    table = Table(title=Text(_metric_title(metric)), title_justify="left", show_edge=False)
     headers, lines = _comparison_cells(rows, metric, one_row_per_case=False)
     widths = _column_widths(headers, lines, width)
     if widths is None:
@@ -230,9 +235,7 @@ def print_comparison(out: Console, rows: list[report.Row], metric: str, *, chose
     then which row is the baseline. `chosen`: the harness picked the baseline, not the user."""
     table = comparison_table(rows, metric, out.width)
     if all(c.width is None for c in table.columns):  # no layout fits without cutting words
-        lower = "lower" if report.lower_is_better(metric) else "higher"
-        unit = report.metric_unit(metric)
-        out.print(Text(f"{metric}{f' ({unit})' if unit else ''}, {lower} is better"), soft_wrap=False)
+        out.print(Text(_metric_title(metric)), soft_wrap=False)
         for line in comparison_blocks(rows, metric):
             out.print(Text(line), soft_wrap=False)
     else:

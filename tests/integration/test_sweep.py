@@ -130,6 +130,23 @@ def test_infrastructure_failure_is_retried_elsewhere_deterministic_outcomes_are_
     assert any("will retry" in n for n in rep.notes)
 
 
+def interrupt_after_first_ok(proc: subprocess.Popen) -> str:
+    """Let one attempt finish, SIGINT the next one mid-flight; everything the sweep printed."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if " → ok" in line:
+            break
+    for line in proc.stdout:
+        lines.append(line)
+        if ": start " in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(60) == 130, "".join(lines) + rest
+    return "".join(lines) + rest
+
+
 def test_sigint_leaves_a_resumable_run_and_resume_runs_only_the_rest(tmp_path):
     hosts = local_hosts(tmp_path, {"h": "sm90"})
     (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
@@ -140,19 +157,7 @@ def test_sigint_leaves_a_resumable_run_and_resume_runs_only_the_rest(tmp_path):
                    rounds=2)
     argv = HARNESS + ["sweep", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir", str(PATCHES)]
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if " → ok" in line:  # one attempt finished: interrupt the next one mid-flight
-            break
-    for line in proc.stdout:
-        lines.append(line)
-        if ": start " in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    rest = proc.stdout.read()
-    assert proc.wait(60) == 130, "".join(lines) + rest
-    assert "--resume" in rest
+    assert "--resume" in interrupt_after_first_ok(proc)
     run_id = next(p.name for p in (tmp_path / "results").iterdir() if (p / "run.json").exists())
     by_key = records_on_disk(tmp_path / "results", run_id)
     assert sum(1 for v in by_key.values() for r in v if r.status == "ok") == 1
@@ -287,23 +292,6 @@ def write_inventory(tmp_path: Path, hosts: dict[str, HostConfig], name: str = "h
     entries = {n: h.model_dump(mode="json", exclude={"gpus"} if without_gpus else None) for n, h in hosts.items()}
     f.write_text(yaml.safe_dump({"hosts": entries}))
     return f
-
-
-def interrupt_after_first_ok(proc: subprocess.Popen) -> str:
-    """Let one attempt finish, SIGINT the next one mid-flight; everything the sweep printed."""
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if " → ok" in line:
-            break
-    for line in proc.stdout:
-        lines.append(line)
-        if ": start " in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    rest = proc.stdout.read()
-    assert proc.wait(60) == 130, "".join(lines) + rest
-    return "".join(lines) + rest
 
 
 def test_the_printed_resume_command_resumes_on_the_runs_own_hosts(tmp_path):
