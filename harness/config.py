@@ -7,7 +7,6 @@ file and line and, for a misspelt key, the closest valid one.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import typing
@@ -16,11 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .configerrors import SAFE_NAME, config_error
 from .errors import ConfigError
 from .yamlsrc import YamlDoc, load_yaml
 
-# Names end up in paths on this machine and in argv on hosts: keep them boring.
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Name = Annotated[str, Field(pattern=SAFE_NAME)]
@@ -62,15 +60,88 @@ class HostConfig(Strict):
         return self.address == "local"
 
 
-class Inventory(Strict):
-    hosts: dict[Annotated[str, Field(pattern=SAFE_NAME)], HostConfig]
+# A Slurm time limit as sbatch takes it: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
+SLURM_TIME = r"^(?:\d+-)?\d+(?::\d{1,2}){0,2}$"
 
-    @field_validator("hosts")
+
+class LoginConfig(Strict):
+    """The SSH side of a cluster's login node (the same keys as a host's)."""
+
+    address: str = Field(min_length=1, description="DNS name, IP or ~/.ssh/config alias")
+    port: int | None = Field(None, ge=1, le=65535)
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    ssh_config: str | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    keepalive: float = Field(5.0, gt=0)
+    python: str = Field("python3", description="a Python 3.8+ on the login node (reads the job files)")
+
+
+class ClusterConfig(Strict):
+    """A Slurm cluster: each attempt is one batch job running the agent on the node Slurm picks."""
+
+    kind: Literal["slurm"]
+    login: str | LoginConfig | None = Field(None, description="SSH destination of a login node; absent: "
+                                                                "run Slurm's commands on this machine")
+    partition: str | None = None
+    account: str | None = None
+    gpus_per_node: int = Field(8, ge=1)
+    exclusive: bool = Field(True, description="whole nodes (sbatch --exclusive): no other job shares the GPUs")
+    time: str | None = Field(None, pattern=SLURM_TIME, description="job time limit when the sweep sets no "
+                             "attempt budget (sbatch --time); default: from the experiment's timeouts")
+    workdir: str = Field(min_length=1, description="a folder on storage the nodes and the login node share")
+    python: str = "python3"
+    repo: str = Field(min_length=1, description="the SGLang checkout as the nodes see it")
+    sbatch_extra: tuple[str, ...] = Field((), description="more sbatch arguments, one word each")
+    max_jobs: int = Field(2, ge=1, description="jobs this harness keeps in the queue at once")
+    arch: Arch | None = None
+    env: EnvMap = {}
+    allow_dirty: tuple[str, ...] = ()
+    poll: float = Field(1.0, gt=0, le=60, description="seconds between looks at the queue and the job's files")
+    login_timeout: float = Field(600.0, gt=0, description="how long the login node may stay unreachable "
+                                 "before the attempt is given up (the job itself runs on)")
+
+    @property
+    def login_host(self) -> HostConfig:
+        """The login node as a host the transports know (local when `login` is absent)."""
+        if self.login is None:
+            return HostConfig(address="local", repo=self.repo, python=self.python, workdir=self.workdir)
+        login = LoginConfig(address=self.login) if isinstance(self.login, str) else self.login
+        return HostConfig(**login.model_dump(), repo=self.repo, workdir=self.workdir)
+
+
+class ClusterHost(HostConfig):
+    """A cluster as the scheduler sees it: a host whose attempts run as Slurm jobs, `max_jobs` at a time."""
+
+    cluster: ClusterConfig
+    cluster_name: str
+
     @classmethod
-    def _not_empty(cls, v: dict[str, HostConfig]) -> dict[str, HostConfig]:
-        if not v:
-            raise ValueError("lists no hosts")
-        return v
+    def of(cls, name: str, c: ClusterConfig) -> ClusterHost:
+        return cls(address=f"slurm:{name}", repo=c.repo, python=c.python, workdir=c.workdir, gpus=c.gpus_per_node,
+                   arch=c.arch, env=c.env, allow_dirty=c.allow_dirty, cluster=c, cluster_name=name)
+
+
+class Inventory(Strict):
+    """hosts.yaml: SSH hosts under `hosts:`, Slurm clusters under `cluster:`; both are targets by name, so
+    a cluster's entry appears in `hosts` too (as a `ClusterHost`)."""
+
+    hosts: dict[Annotated[str, Field(pattern=SAFE_NAME)], HostConfig] = {}
+    cluster: dict[Annotated[str, Field(pattern=SAFE_NAME)], ClusterConfig] = {}
+
+    @model_validator(mode="after")
+    def _targets(self) -> Inventory:
+        if not self.hosts and not self.cluster:
+            raise ValueError("lists no hosts (and no cluster)")
+        both = sorted(set(self.hosts) & set(self.cluster))
+        if both:
+            raise ValueError(f"a name is both a host and a cluster: {', '.join(both)}")
+        merged = dict(self.hosts)
+        merged.update({name: ClusterHost.of(name, c) for name, c in self.cluster.items()})
+        object.__setattr__(self, "hosts", merged)  # frozen: set once, here
+        return self
 
 
 # --------------------------------------------------------------------------- experiments
@@ -326,73 +397,4 @@ def _validate(model: type[M], data: Any, doc: YamlDoc, *, what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _config_error(model, exc, doc) from None
-
-
-def _config_error(model: type[BaseModel], exc: ValidationError, doc: YamlDoc) -> ConfigError:
-    problems: list[tuple[int | None, str, str | None]] = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        hint = None
-        if err["type"] == "extra_forbidden":
-            key = loc[-1]
-            valid = _valid_keys(model, loc[:-1])
-            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-            parent = ".".join(str(p) for p in loc[:-1]) or "the top level"
-            msg = f"unknown key {key!r} in {parent}"
-            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(sorted(valid))}"
-        elif err["type"] == "missing":
-            msg = f"missing required key {where!r}"
-        elif err["type"] == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == SAFE_NAME:
-            msg = (f"{where}: {err['input']!r} is not a usable name: use letters, digits, '.', '_' and '-', "
-                   f"starting with a letter or digit (names become folder names under results/)")
-        else:
-            msg = f"{where}: {err['msg']}"
-            if "input" in err and not isinstance(err["input"], (dict, list)):
-                msg += f" (got {err['input']!r})"
-        problems.append((doc.line_of(loc), msg, hint))
-    described = [(ln, m + (f" — {h}" if h else "")) for ln, m, h in problems]
-    line, first = described[0]
-    message = first + "".join(f"\n  also line {ln}: {m}" for ln, m in described[1:])
-    return ConfigError(message, file=doc.file, line=line)
-
-
-def _valid_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the model found by following `loc` through nested models, dicts and lists."""
-    target: Any = model
-    for part in loc:
-        target = _unwrap(target)
-        if isinstance(target, type) and issubclass(target, BaseModel):
-            field = target.model_fields.get(str(part))
-            if field is None:
-                return []
-            target = field.annotation
-        else:
-            origin = typing.get_origin(target)
-            args = typing.get_args(target)
-            if origin is dict and len(args) == 2:
-                target = args[1]
-            elif origin in (list, tuple) and args:
-                target = args[0]
-            else:
-                return []
-    target = _unwrap(target)
-    if isinstance(target, type) and issubclass(target, BaseModel):
-        return list(target.model_fields)
-    return []
-
-
-def _unwrap(tp: Any) -> Any:
-    """Strip Optional[...] and Annotated[...] so the model or container type remains."""
-    while True:
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-        elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            if len(args) != 1:
-                return tp
-            tp = args[0]
-        else:
-            return tp
+        raise config_error(model, exc, doc) from None

@@ -16,7 +16,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar, Dict, Optional, TypeVar, Union
 
-PROTOCOL = 3
+PROTOCOL = 4
 
 
 class ProtocolError(ValueError):
@@ -221,6 +221,7 @@ class Hello(Event):
     host_time: float = 0.0
     python: str = ""
     hostname: str = ""
+    restart: Optional[int] = None  # in a Slurm job: how often it was requeued (SLURM_RESTART_COUNT)
 
 
 @dataclass
@@ -356,9 +357,21 @@ class Final(Event):
     head: Optional[str] = None
 
 
+@dataclass
+class JobState(Event):
+    """Not the agent's: what the controller's Slurm reader saw in the queue (a job's state, its reason while
+    PENDING, its node once RUNNING), in the same stream as the agent's events."""
+
+    KIND: ClassVar[str] = "job"
+    job_id: str = ""
+    state: str = ""
+    reason: Optional[str] = None
+    node: Optional[str] = None
+
+
 EVENTS: dict[str, type[Event]] = {c.KIND: c for c in (Hello, Alive, Pong, StageChanged, Recovering,
                                                       PreflightWarning, Launched, Ready, Crashed, Hung,
-                                                      BenchStarted, BenchResult, Final)}
+                                                      BenchStarted, BenchResult, Final, JobState)}
 
 
 def encode(event: Event) -> dict[str, Any]:

@@ -156,6 +156,17 @@ CORE_FIELDS = ("schema_", "run_id", "experiment", "attempt", "host", "backend", 
                "timings", "detect_latency_s", "metrics", "provenance", "revert")
 
 
+class SlurmJob(_Strict):
+    """Where a cluster's attempt ran: its batch job."""
+
+    job_id: str
+    state: str | None = None  # the last state seen (COMPLETED, CANCELLED, TIMEOUT, ...)
+    node: str | None = None
+    reason: str | None = None  # the last PENDING reason seen
+    queued_s: float | None = None  # submission → RUNNING
+    requeued: int = 0
+
+
 class Record(_Strict):
     """One attempt's `record.json` (schema `SCHEMA`; docs/experiments.md "Records" lists the fields)."""
 
@@ -198,6 +209,7 @@ class Record(_Strict):
     budget_exceeded: bool | None = None
     gpu_dirty: dict[str, int] | None = None
     profile_error: str | None = None
+    slurm: SlurmJob | None = None  # attempts on a Slurm cluster
     # written while the attempt ran (`record.partial.json`): the controller ended before the final report
     provisional: bool | None = None
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .agent.hostio import sha256_file
-from .config import HostConfig
+from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, ResultsError
 from .masking import mask_files, mask_secrets, secret_values
 from .protocol import (
@@ -22,6 +22,7 @@ from .protocol import (
     Final,
     Hello,
     Hung,
+    JobState,
     Mode,
     Pong,
     PreflightWarning,
@@ -37,6 +38,7 @@ from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
 from .results import Record, ResultsStore, SweepAttempt
 from .shipping import ensure_agent
+from .slurm import JobInfo, describe
 from .spec import build_spec
 from .transport import RemoteProcess, Transport, connect
 from .triage import triage_text
@@ -208,7 +210,9 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         agent_path = ensure_agent(transport, host)
         proc = transport.start([host.python, agent_path])
         spec.host_name = host_name
-        _follow_agent(proc, spec, follow, reporter, label, host.is_local, silence_s=max(6.0, 3 * host.keepalive))
+        # The clock offset is measured with a round trip; a local agent shares our clock, a Slurm job cannot answer.
+        same_clock = host.is_local or isinstance(host, ClusterHost)
+        _follow_agent(proc, spec, follow, reporter, label, same_clock, silence_s=max(6.0, 3 * host.keepalive))
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
             mask_files(fetch_into, secret_values(spec.server.env))
@@ -292,6 +296,12 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
               is_local: bool) -> bool:
     """Act on one event; True when it was the last (`Final`). Every kind of `protocol.EVENTS` is named."""
     if isinstance(ev, Hello):
+        if follow.hello is not None:  # a requeued Slurm job starts over: what its killed run measured is redone
+            follow.bench_rows.clear()
+            follow.live_verdict = None
+            if follow.job is not None:
+                follow.job["requeued"] = follow.job.get("requeued", 0) + 1
+            reporter.note(label, f"the job was requeued; it runs again from the start on {ev.hostname}")
         follow.hello = ev.to_dict()
         if not is_local:  # same clock when local; else measure the offset with one round trip
             follow.ping_sent = time.time()
@@ -320,11 +330,26 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
         reporter.note(label, "found the journal of an interrupted attempt; recovering first")
     elif isinstance(ev, PreflightWarning):
         reporter.note(label, "runs although it cannot work here (expect: crash): " + "; ".join(ev.problems))
+    elif isinstance(ev, JobState):
+        follow.job = _job_summary(follow.job, ev)
+        reporter.stage(label, describe(JobInfo(ev.job_id, ev.state, ev.reason, ev.node)))
     elif isinstance(ev, Final):
         follow.final = ev.to_dict()
         return True
     # Alive (a quiet agent), Launched, Ready and BenchStarted: known, nothing to do on this side.
     return False
+
+
+def _job_summary(before: dict[str, Any] | None, ev: JobState) -> dict[str, Any]:
+    """The record's `slurm` facts: the job, where it ran, how it ended, how often it was requeued, and how
+    long it waited in the queue (submission to start, by this machine's clock)."""
+    job = dict(before or {"job_id": ev.job_id, "submitted": ev.t, "requeued": 0})
+    if ev.state == "RUNNING" and job.get("state") != "RUNNING":
+        job.setdefault("queued_s", round(ev.t - job["submitted"], 3))
+    job.update(state=ev.state, node=ev.node or job.get("node"))
+    if ev.reason:
+        job["reason"] = ev.reason
+    return job
 
 
 def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .config import HostConfig
+from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HostError, Interrupted, ResultsError
 from .plan import Plan, PlannedAttempt
 from .protocol import Status
@@ -139,13 +139,23 @@ class Scheduler:
     # ------------------------------------------------------------------ internals
 
     def _worker_hosts(self) -> list[str]:
-        """One worker per target repo: two inventory names for the same repo would race for its lock."""
+        """One worker per target repo: two inventory names for the same repo would race for its lock. A cluster
+        has `max_jobs` workers (`NAME`, `NAME#2`, ...): that many jobs queued, Slurm runs one per repo at a time."""
         seen: dict[tuple, str] = {}
         for name, h in self.hosts.items():
             if name in self.unusable:
                 continue
             seen.setdefault((h.address, h.port, h.user, h.repo), name)
-        return list(seen.values())
+        workers = []
+        for name in seen.values():
+            host = self.hosts[name]
+            slots = host.cluster.max_jobs if isinstance(host, ClusterHost) else 1
+            workers += [name] + [f"{name}#{i}" for i in range(2, slots + 1)]
+        return workers
+
+    @staticmethod
+    def _host_of(worker: str) -> str:
+        return worker.split("#", 1)[0]  # inventory names cannot hold '#'
 
     def _refuse_unplaceable(self) -> None:
         """An attempt no host can take is a deterministic outcome: record it, do not wait for it. One that
@@ -171,8 +181,9 @@ class Scheduler:
         self.outcome.done.append(rec)
         self.reporter.attempt_finished("-", a.name, rec)
 
-    def _next_for(self, host: str) -> PlannedAttempt | None:
-        """Called with the lock held: the first pending attempt this host can take now."""
+    def _next_for(self, worker: str) -> PlannedAttempt | None:
+        """Called with the lock held: the first pending attempt this worker's host can take now."""
+        host = self._host_of(worker)
         if time.monotonic() < self._host_cool_until.get(host, 0.0):
             return None
         for a in self._pending:
@@ -180,10 +191,10 @@ class Scheduler:
                 continue
             first = None if a.arch else self._first_host.get(a.name)
             if first and first != host and self.hosts[first].arch != self.hosts[host].arch and \
-                    first in self._alive:
+                    any(self._host_of(w) == first for w in self._alive):
                 continue  # keep an experiment's rounds on one kind of GPU, so its samples pool
-            others = [n for n in self._worker_hosts() if n != host and why_host_does_not_fit(a, self.hosts[n]) is None
-                      and n not in self._avoid.get(a.key, set())]
+            others = [n for n in {self._host_of(w) for w in self._worker_hosts()} if n != host
+                      and why_host_does_not_fit(a, self.hosts[n]) is None and n not in self._avoid.get(a.key, set())]
             if host in self._avoid.get(a.key, set()) and others:
                 continue  # it failed here for infrastructure reasons: let another host try first
             return a
@@ -206,7 +217,8 @@ class Scheduler:
                     self._workers_done.set()
                 self._cv.notify_all()
 
-    def _work(self, host: str) -> None:
+    def _work(self, worker: str) -> None:
+        host = self._host_of(worker)
         while True:
             with self._cv:
                 while True:
@@ -214,22 +226,24 @@ class Scheduler:
                         return
                     if not self._pending and not self._running:
                         return  # (while others run, one of their attempts may come back for a retry)
-                    a = self._next_for(host)
+                    a = self._next_for(worker)
                     if a is not None:
                         self._pending.remove(a)
-                        self._running[host] = a
+                        self._running[worker] = a
                         self._first_host.setdefault(a.name, host)
                         break
                     self._cv.wait(1.0)
-            self._run_one(host, a)
+            self._run_one(worker, a)
             with self._cv:
-                self._running.pop(host, None)
+                self._running.pop(worker, None)
                 self._cv.notify_all()
             self._report_totals()
 
-    def _run_one(self, host: str, a: PlannedAttempt) -> None:
+    def _run_one(self, worker: str, a: PlannedAttempt) -> None:
+        """Run `a` on the worker's host; the display names the worker (a cluster's jobs run side by side)."""
+        host = self._host_of(worker)
         label = f"{a.name} r{a.round}"
-        self.reporter.attempt_started(host, label)
+        self.reporter.attempt_started(worker, label)
         self._tries[a.key] = self._tries.get(a.key, 0) + 1
         t0 = time.monotonic()
         placement = SweepAttempt(key=a.key, round=a.round, sweep=self.plan.name, try_=self._tries[a.key])
@@ -249,7 +263,7 @@ class Scheduler:
             with self._cv:
                 self._pending.append(a)  # not a result: stays pending, runs on resume
             if record is not None:
-                self.reporter.attempt_finished(host, label, record)
+                self.reporter.attempt_finished(worker, label, record)
             return
         self._durations.append(time.monotonic() - t0)
         with self._cv:
@@ -262,7 +276,7 @@ class Scheduler:
                 self.outcome.done.append(record)
             self._cv.notify_all()
         if record is not None:
-            self.reporter.attempt_finished(host, label, record)
+            self.reporter.attempt_finished(worker, label, record)
 
     def _latest_record(self, a: PlannedAttempt) -> Record | None:
         try:

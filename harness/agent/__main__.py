@@ -40,6 +40,10 @@ def main() -> int:
         from .watchdog import watch
 
         return watch(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] == "--job":
+        from .job import run_job
+
+        return run_job(sys.argv[2])
     link = Link()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda s, f: link.abort("signal %d" % s))
@@ -49,10 +53,19 @@ def main() -> int:
     except (ProtocolError, ValueError) as exc:
         link.send(Final(status="infra-error", error="agent (protocol %d) cannot read the spec: %s" % (PROTOCOL, exc)))
         return 3
-    link.send(Hello(protocol=PROTOCOL, pid=os.getpid(), host_time=time.time(), python=sys.version.split()[0],
-                    hostname=socket.gethostname()))
+    say_hello(link)
     link.watch_stdin()
     link.keep_alive(float(spec.alive_interval_s or 2.0))
+    return serve(spec, link)
+
+
+def say_hello(link: Link, restart: Optional[int] = None) -> None:
+    link.send(Hello(protocol=PROTOCOL, pid=os.getpid(), host_time=time.time(), python=sys.version.split()[0],
+                    hostname=socket.gethostname(), restart=restart))
+
+
+def serve(spec: Spec, link: Link) -> int:
+    """What the spec's mode asks for, ending with the final report on the link."""
     attempt = Attempt(spec, link, watchdog=spec.mode in (Mode.ATTEMPT.value, Mode.APPLY_REVERT.value))
     if spec.mode == Mode.STATUS.value:
         try:
@@ -62,6 +75,8 @@ def main() -> int:
         link.send(final_report(report))
         return 0
     result = attempt.recover() if spec.mode == Mode.RECOVER.value else attempt.run()
+    if link.abort_reason == "slurm-time-limit":
+        result["budget_exceeded"] = True  # the job's time limit is the attempt's budget (plus the stop's time)
     link.send(final_report(result, attempt, link))
     return 0
 

@@ -10,6 +10,9 @@ ABORT_REASONS = {
     "controller-gone": "the controller went away (its connection closed); the dead man's switch stopped it",
     "controller-silent": "no word from the controller within heartbeat_timeout (controller-silent); "
                          "the dead man's switch stopped it",
+    "slurm-time-limit": "the Slurm job's time limit was near (SIGUSR1 from Slurm, --signal=B:USR1@120): the "
+                        "attempt's budget is spent",
+    "slurm-cancel": "the Slurm job was cancelled (SIGUSR2 from the controller's scancel)",
 }
 
 

@@ -2,21 +2,26 @@
 
 A thread reads stdin: `ping` keeps the heartbeat fresh (and `echo` answers with the host's clock),
 `abort` asks for a clean stop, end of input means the controller is gone — the dead man's switch.
+In a Slurm job the link is a file instead (`durable`: each event is on disk, for readers on other nodes,
+before the agent goes on) and nothing comes in: signals stop the job.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
-from typing import Optional
+from typing import IO, Optional
 
 from ..protocol import Alive, Event, Pong, Spec, encode
 
 
 class Link:
-    def __init__(self) -> None:
+    def __init__(self, out: Optional[IO[str]] = None, durable: bool = False) -> None:
+        self._out = out
+        self._durable = durable
         self._out_lock = threading.Lock()
         self.wake = threading.Event()  # set whenever something happened that a waiting stage should see
         self.abort_reason: Optional[str] = None
@@ -28,9 +33,12 @@ class Link:
             return
         data = json.dumps(encode(event), default=str) + "\n"
         with self._out_lock:
+            out = self._out or sys.stdout
             try:
-                sys.stdout.write(data)
-                sys.stdout.flush()
+                out.write(data)
+                out.flush()
+                if self._durable:
+                    os.fsync(out.fileno())
             except (BrokenPipeError, OSError, ValueError):
                 self.closed = True
                 self.abort("controller-gone")
