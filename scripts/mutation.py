@@ -136,8 +136,8 @@ PLANTS = [
     Plant("files/ modes left out of the resume key", "harness/patchsets.py",
           'b"\\0" + oct(f.mode).encode() + b"\\0" + f.content', 'b"\\0" + f.content',
           ("tests/unit/test_plan.py",)),
-    Plant("OOM ranked below illegal memory access in triage", "harness/triage.py",
-          '_sig("oom", 30,', '_sig("oom", 45,', ("tests/unit/test_triage.py",)),
+    Plant("OOM ranked below illegal memory access in triage", "harness/triage_signatures.py",
+          '("oom", 30, (', '("oom", 45, (', ("tests/unit/test_triage.py",)),
     # Hosts configured other ways (issue "Nothing lost, nothing left behind"):
     Plant("the bytes saved before applying are not put back (git's filters decide)", "harness/agent/tree.py",
           "            if backup:\n                copy_raw(", "            if False:\n                copy_raw(",
