@@ -34,8 +34,9 @@ from .project import (
 )
 from .protocol import Status
 from .resolve import resolve
-from .results import ResultsStore, RunInfo, new_run_id
+from .results import ResultsStore, new_run_id
 from .runner import run_attempt_in_foreground
+from .schemas import RunInfo
 
 if TYPE_CHECKING:
     from .patchsets import PatchSet

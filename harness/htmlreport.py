@@ -27,7 +27,8 @@ from . import __version__, report
 from .errors import ConfigError
 from .masking import mask_secrets, secret_values
 from .protocol import Status
-from .results import Record, ResultsStore, RunInfo
+from .results import ResultsStore
+from .schemas import Record, RunInfo
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from .protocol import Status
-from .results import Record
+from .schemas import Record
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -35,7 +35,8 @@ from .protocol import (
 )
 from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
-from .results import Record, ResultsStore, SweepAttempt
+from .results import ResultsStore
+from .schemas import Record, SweepAttempt
 from .shipping import ensure_agent
 from .spec import build_spec
 from .transport import RemoteProcess, Transport, connect

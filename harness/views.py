@@ -16,8 +16,9 @@ from .config import HostConfig
 from .errors import ConfigError
 from .plan import Plan
 from .protocol import Status
-from .results import Record, ResultsStore, RunInfo
+from .results import ResultsStore
 from .runner import AttemptOutcome
+from .schemas import Record, RunInfo
 
 
 def show_plan(out: Console, plan: Plan, hosts: dict[str, HostConfig]) -> None:

@@ -23,7 +23,7 @@ from harness.report import (
     to_json,
     to_markdown,
 )
-from harness.results import ProfileOp, ProfileSummary, Record
+from harness.schemas import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
@@ -670,7 +670,7 @@ def test_too_narrow_for_any_table_each_experiment_becomes_a_block_of_whole_words
     """Seen in the demo at 80 columns: a GPU column and a top-op column beside the names left no layout that
     fits, and rich squeezed every column until "sim-flashinfer-mla" read "sim-fl / ashinf / er-mla"."""
     from harness.report import cell_text, ratio_text
-    from harness.results import ProfileOp, ProfileSummary
+    from harness.schemas import ProfileOp, ProfileSummary
 
     records = fleet(mixed=True)
     for r in records:
