@@ -102,7 +102,7 @@ def test_plot_writes_a_png(tmp_path):
     import pytest
 
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.report import plot
+    from harness.reportplot import plot
 
     rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
                       baseline="base")
@@ -646,7 +646,7 @@ def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_namin
 
 def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.report import plot_figure
+    from harness.reportplot import plot_figure
 
     rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
     fig = plot_figure(rows, "output_throughput")
