@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from . import __version__, report
+from . import __version__, report, reportplot
 from .errors import ConfigError
 from .masking import mask_secrets, secret_values
 from .protocol import Status
-from .results import Record, ResultsStore, RunInfo
+from .results import ResultsStore
+from .schemas import Record, RunInfo
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"
@@ -240,7 +241,7 @@ def build_context(records: list[Record], rows: list[report.Row], metric: str, *,
 
 
 def case_plots(rows: list[report.Row], metric: str) -> list[dict[str, Any]] | None:
-    """One inline SVG per bench case (report.plot_figure's panel), or None when matplotlib is missing."""
+    """One inline SVG per bench case (reportplot.plot_figure's panel), or None when matplotlib is missing."""
     try:
         import matplotlib
     except ImportError:
@@ -249,7 +250,7 @@ def case_plots(rows: list[report.Row], metric: str) -> list[dict[str, Any]] | No
     out = []
     for i, case in enumerate(cases):
         only = [dataclasses.replace(r, cells={case: r.cells[case]} if case in r.cells else {}) for r in rows]
-        fig = report.plot_figure(only, metric)
+        fig = reportplot.plot_figure(only, metric)
         buf = io.StringIO()
         # text stays text (small, searchable, readable in the DOM); the same hash salt: the same page twice
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "harness"}):

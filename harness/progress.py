@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .protocol import Status
-from .results import Record
+from .schemas import Record
 
 P = TypeVar("P", bound="AttemptProgress")
 

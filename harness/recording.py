@@ -14,7 +14,8 @@ from .masking import mask_secrets
 from .metrics import summarize
 from .protocol import Spec, Status
 from .resolve import Resolved
-from .results import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt, redact_env
+from .results import redact_env
+from .schemas import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt
 from .triage import clean_line, hang_hint, iter_file_lines, triage_file
 
 

@@ -12,13 +12,9 @@ import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from .protocol import Status
-from .results import Record
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from .schemas import Record
 
 ALPHA = 0.05
 NOISY_CV = 0.05
@@ -406,50 +402,3 @@ def to_csv(rows: list[Row]) -> str:
 def to_json(rows: list[Row], metric: str) -> str:
     return json.dumps({"metric": metric, "lower_is_better": lower_is_better(metric),
                        "rows": [asdict(r) for r in rows]}, indent=1)
-
-
-def plot(rows: list[Row], metric: str, path: str) -> None:
-    """Write `plot_figure` as a PNG (matplotlib extra)."""
-    plot_figure(rows, metric).savefig(path, dpi=120)
-
-
-BAR_COLORS = {"baseline": "tab:gray", "candidate": "tab:blue"}
-
-
-def plot_figure(rows: list[Row], metric: str) -> Figure:
-    """One panel per bench case: a bar per row at its median, every repeat as a dot on it; a row without a
-    result gets no bar (a zero would read as a measurement) but a red cross and its status at the foot."""
-    try:
-        from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
-    except ImportError:
-        from .errors import ConfigError
-
-        raise ConfigError("--plot needs matplotlib", hint="pip install 'harness[plot]'") from None
-    cases = sorted({c for r in rows for c in r.cells}) or ["-"]
-    unit = metric_unit(metric)
-    fig = Figure(figsize=(max(6, len(rows) * 1.1), 3.4 * len(cases)), layout="constrained")
-    for ax, case in zip(fig.subplots(len(cases), 1, squeeze=False)[:, 0], cases):
-        drawn = [(i, r, r.cells[case]) for i, r in enumerate(rows) if case in r.cells and r.cells[case].n]
-        drawn_at = {i for i, _, _ in drawn}
-        ax.bar([i for i, _, _ in drawn], [c.median for _, _, c in drawn],
-               color=[BAR_COLORS["baseline" if r.is_baseline else "candidate"] for _, r, _ in drawn])
-        for i, _, c in drawn:
-            ax.plot([i] * c.n, c.samples, "o", color="black", markersize=3)
-        for i, r in enumerate(rows):
-            if i not in drawn_at:
-                ax.plot([i], [0], "x", color="tab:red", markersize=8)
-                what = r.status.value + (" (expected)" if r.expected else "") if r.status != Status.OK else "no result"
-                ax.annotate(what, (i, 0), xytext=(0, 6),
-                            textcoords="offset points", ha="center", va="bottom", rotation=90, fontsize=8,
-                            color="tab:red")
-        ax.set_xticks(range(len(rows)), [r.label for r in rows], rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
-        ax.set_title(f"{case}: {metric}, {'lower' if lower_is_better(metric) else 'higher'} is better")
-        ax.legend(handles=[Patch(color=BAR_COLORS["baseline"], label="baseline (median)"),
-                           Patch(color=BAR_COLORS["candidate"], label="median"),
-                           Line2D([], [], ls="", marker="o", color="black", markersize=3, label="each repeat"),
-                           Line2D([], [], ls="", marker="x", color="tab:red", label="no result")],
-                  fontsize=7, loc="best")
-    return fig

@@ -14,7 +14,7 @@ from .errors import ConfigError
 
 
 class RunHosts(Protocol):
-    """What of a run's run.json (`results.RunInfo`) choosing its hosts needs."""
+    """What of a run's run.json (`schemas.RunInfo`) choosing its hosts needs."""
 
     @property
     def run_id(self) -> str: ...

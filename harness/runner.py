@@ -36,7 +36,8 @@ from .protocol import (
 )
 from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
-from .results import Record, ResultsStore, SweepAttempt
+from .results import ResultsStore
+from .schemas import Record, SweepAttempt
 from .shipping import ensure_agent
 from .slurm import JobInfo, describe
 from .spec import build_spec

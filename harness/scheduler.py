@@ -15,8 +15,9 @@ from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HostError, Interrupted, ResultsError
 from .plan import Plan, PlannedAttempt
 from .protocol import Status
-from .results import PlannedEntry, Record, ResultsStore, RunInfo, SweepAttempt
+from .results import ResultsStore
 from .runner import Reporter, run_attempt
+from .schemas import PlannedEntry, Record, RunInfo, SweepAttempt
 from .transport import Transport, connect
 
 MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep

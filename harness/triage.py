@@ -33,59 +33,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-CATEGORIES = (
-    "ready", "oom", "illegal-memory-access", "jit-compile-error", "build-tool-missing", "unsupported-arch",
-    "nccl-error", "import-error", "port-in-use", "config-error", "python-exception", "warmup-failed", "killed",
-    "incomplete", "unknown",
+from .triage_hints import HINTS
+from .triage_hints import crash_hint as _hint  # Triage.verdict's name for it
+from .triage_hints import hang_hint as hang_hint
+from .triage_signatures import (
+    BARE_RANK,
+    EXCEPTION_LINE,
+    FATAL_PATTERNS,
+    LINE_PREFIX_PATTERN,
+    READY_LINE,
+    SIGNATURE_TABLE,
 )
-PHASES = ("args", "distributed-init", "load-weights", "kv-cache", "cuda-graph-capture", "warmup", "serving")
+from .triage_signatures import CATEGORIES as CATEGORIES
+from .triage_signatures import PHASES as PHASES
+from .triage_signatures import READY_PATTERN as READY_PATTERN
 
-READY_LINE = "The server is fired up and ready to roll!"
-READY_PATTERN = re.escape(READY_LINE)
-
-# What real logs put in front of SGLang's own message; removed repeatedly (a docker timestamp can
-# precede an SGLang prefix). The agent receives this pattern in its spec, so both read lines alike.
-LINE_PREFIX_PATTERN = (
-    r"^(?:"
-    # docker --timestamps (2025-01-01T10:00:00.123Z), or a bare timestamp that a wrapper's logger put in front,
-    # with Python logging's " - name - LEVEL - " or a "|" or "-" after it
-    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-    r"(?:(?:\s+-\s+[\w.-]{1,40})?\s+-\s+(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-|\s+[|-])?\s+"
-    r"|\((?:[\w-]+)\s+pid=\d+(?:,\s*ip=[\d.:]+)?\)\s*"  # Ray: (EngineCore pid=123)
-    r"|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s[^\]]{0,40})?\]\s*"  # [2025-01-01 10:00:00 TP0]
-    r"|\[rank\d+\]:\s?"  # torch.distributed: [rank0]:
-    # vLLM-style "ERROR 03-05 09:56:09 [multiproc_executor.py:880] "
-    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[\w./-]+:\d+\]\s"
-    r"|[\w.-]{1,40}\s{0,8}\|\s"  # docker compose "sglang-1  | ", a logger's "ERROR | name | "
-    r")+"
-)
 _PREFIX = re.compile(LINE_PREFIX_PATTERN)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Ray's log deduplication appends this to a line that several workers printed.
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-
-# The launcher's notice that a child failed ("Received sigquit from a child process. It usually means the
-# child failed."): old builds spelled it "proces", users retype it, and a logging failure in the signal
-# handler prints it as "Message: 'Received sigquit …'". So: the words, any case, after at most two words.
-SIGQUIT_NOTICE = r"(?i)^\W*(?:\w+\W+){0,2}?rec\w{0,3}ved\W+sig\W?quit\W+from\W+(?:an?|the|one)\W+ch\w{2,3}\b"
-# The same once the server runs: "SIGQUIT received. signum=…, frame=…. It usually means one child failed."
-SIGQUIT_RECEIVED = r"(?i)^\W*(?:\w+\W+){0,2}?sig\W?quit\W+received\b"
-
-# Lines that mean "this server is going down" when a live process prints them; matched against the
-# message after the prefix, so a request quoting these words is not mistaken for them. The agent
-# watches for these to stop waiting early (a fatal line while alive = crash after a grace period).
-FATAL_PATTERNS: tuple[str, ...] = (
-    r"^Scheduler hit an exception",
-    SIGQUIT_NOTICE,
-    SIGQUIT_RECEIVED,
-    r"scheduler died during initialization",
-    r"^Rank \d+ scheduler is dead",
-    r"^Initialization failed\. warmup error",
-    r"^Subprocess \S+ \(pid=\d+\) crashed with exit code",
-    r"watchdog timeout \(self\.watchdog_timeout",
-    r"^terminate called after throwing an instance of",
-    r"^(?:\w+\.)*\w*(?:Error|Exception): Capture cuda graph failed",
-)
 
 
 @dataclass(frozen=True)
@@ -100,125 +66,11 @@ def _sig(category: str, rank: int, *patterns: str) -> list[Signature]:
     return [Signature(category, re.compile(p), (rank, i)) for i, p in enumerate(patterns)]
 
 
-# Categories ranked from here on name no cause: a bare exception, a bare kill. While the server is
-# alive, only a line ranked below this makes it a crash.
-BARE_RANK = 90
 # A key line is kept to this many characters (a tensor printed on one line stays out of the record).
 KEY_LINE_MAX = 500
-# A Python exception line: "RuntimeError: …", "torch.distributed.DistBackendError: …", a bare "KeyboardInterrupt".
-EXCEPTION_LINE = r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)"
-
-
-# What the message words mean, shared by several signatures below.
-# A GPU generation or compute capability named in words: Blackwell, Hopper (SM90), sm_100a, SM>=80,
-# compute capability 12.0 (a path component such as .../sm100/... is not one).
-GPU_GENERATION = (r"(?:\b(?:Blackwell|Hopper|Ampere|Ada|Lovelace|Turing|Volta|Pascal)\b"
-                  r"|(?<![/\w])[Ss][Mm][_ ]?\d{2,3}[a-z]?\b|\b[Ss][Mm]\s?[<>=]=?\s?\d{2,3}\b"
-                  r"|\b[Cc]ompute[_ ][Cc]apabilit)")
-# The tools a JIT build runs: ninja, the CUDA toolchain, a C/C++ compiler (with a target prefix or a
-# version suffix: x86_64-linux-gnu-g++-12), cmake/make, the linker.
-BUILD_TOOL = (r"(?:ninja|nvcc|ptxas|nvlink|fatbinary|cicc|hipcc|cmake|make|ld"
-              r"|(?:[\w.]+-)*(?:g\+\+|gcc|c\+\+|cc|clang\+\+|clang)(?:-\d+(?:\.\d+)*)?)")
-# A C/C++/CUDA source or header file name.
-_SOURCE_FILE = r"[^\s:'\"]+\.(?:h|hh|hpp|hxx|cuh|inc|inl|tcc|def|c|cc|cpp|cxx|cu)"
 
 SIGNATURES: tuple[Signature, ...] = tuple(sorted(
-    _sig("unsupported-arch", 10,
-         r"Unsupported architecture",
-         r"is only supported on (?:Blackwell|Hopper|SM\s?\d+)",
-         r"only supported on Hopper \(SM90\)",
-         r"no kernel image is available for execution",
-         r"requires SM\s?>=\s?\d+ and SM\s?<=\s?\d+",
-         r"requires an SM\d+ \(\w+\) device",
-         r"(?:not supported|unsupported) (?:on|for) (?:this|the current) (?:GPU|device|architecture)",
-         r"compute capability \d+\.\d+ (?:is )?not supported",
-         # Any exception or assertion that names a GPU generation as what is supported, required or expected
-         # ("AssertionError: … only supported on Blackwell GPUs", "… requires SM90", "expected sm90 or
-         # sm100", "Unsupported compute capability: 12.0"): the cause is the GPU, not a flag.
-         r"^(?=(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b|.*\b[Aa]ssert)"
-         r"(?=.*(?i:support|requir|\bonly\b|\bneeds?\b|expect|compatib|\bmust\b))(?=.*" + GPU_GENERATION + ")")
-    # A JIT build that cannot run at all: a tool it needs is not installed (or not on PATH). Ranked above the
-    # build's own failure messages, which are its consequences.
-    + _sig("build-tool-missing", 15,
-           # Python could not start the tool (any locale's errno text): [Errno 2] … 'ninja' / '/…/bin/nvcc'
-           r"(?:FileNotFoundError|OSError): \[Errno 2\][^']*'(?:[^']*/)?" + BUILD_TOOL + r"'",
-           # torch.utils.cpp_extension: "Ninja is required to load C++ extensions"
-           r"\b(?:[Nn]inja|nvcc|[Cc][Mm]ake|C\+\+ compiler)\b (?:is|are) (?:required|needed) to "
-           r"(?:load|build|compile)",
-           # the shell ninja runs a rule with: "/bin/sh: 1: /usr/local/cuda/bin/nvcc: not found"
-           r"\bsh: (?:line )?\d+: (?:\S*/)?" + BUILD_TOOL + r": (?:command )?not found",
-           # FlashInfer ("Could not find nvcc and default cuda_home=… doesn't exist"), triton ("Failed to
-           # find C compiler"), "nvcc not found"
-           r"(?i:(?:could not|failed to|unable to|cannot) find (?:the |a |an )?(?:nvcc|ninja|cmake|c\+\+ compiler"
-           r"|c compiler|cuda compiler|host compiler))|\b(?:nvcc|ninja) (?:was )?not found\b",
-           r"CUDA_HOME (?:environment variable )?is not set")
-    + _sig("jit-compile-error", 20,
-           r"error: static assertion failed",
-           r"static_assert\(.*\) failed",
-           # The compiler cannot open an included file: gcc "fatal error: cuda_fp8.h: <No such file or
-           # directory, in the locale's words>", clang "fatal error: 'cuda_fp8.h' file not found", nvcc's
-           # front end "catastrophic error: cannot open source file "cuda_fp8.h""
-           r"fatal error: (?:'" + _SOURCE_FILE + r"' file not found|" + _SOURCE_FILE + r"\s?:\s*\S)",
-           r"catastrophic error: cannot open source file",
-           # nvcc's front end: "/x/mla.cuh(511): error: …", "mma_sm90.hpp(3064): error: …"
-           r"\berror\b.*\.(?:cuh?|hpp|hh|hxx|h|inl)\(\d+\)|\.(?:cuh?|hpp|hh|hxx|h|inl|cpp|cc|cxx)\(\d+\): error",
-           # gcc/clang diagnostics: "/x/mla.cuh:511:7: error: …"
-           _SOURCE_FILE + r":\d+(?::\d+)?: (?:fatal )?error: ",
-           r"nvcc fatal",
-           r"Error building extension",
-           r"Ninja build failed",
-           r"CalledProcessError: Command '\['ninja'",
-           r"ninja: build stopped",
-           r"(?:JIT|jit) compil\w+ (?:failed|error)")
-    + _sig("oom", 30,
-           r"CUDA out of memory",
-           r"OutOfMemoryError",
-           r"CUDA error: out of memory",
-           r"cudaErrorMemoryAllocation",
-           r"\bout of memory\b",
-           r"Not enough memory\. Please try to increase --mem-fraction-static")
-    + _sig("illegal-memory-access", 40,
-           r"an illegal memory access was encountered",
-           r"illegal memory access",
-           r"misaligned address",
-           r"an illegal instruction was encountered",
-           r"device-side assert triggered",
-           r"unspecified launch failure")
-    + _sig("import-error", 50,
-           r"undefined symbol",
-           r"ModuleNotFoundError",
-           r"ImportError",
-           r"cannot import name")
-    + _sig("port-in-use", 55,
-           r"[Aa]ddress already in use",
-           r"EADDRINUSE",
-           r"Port is already in use",
-           r"is not available in \d+ seconds")
-    + _sig("nccl-error", 60,
-           r"NCCL [Ee]rror",
-           r"nccl(?:Unhandled\w*|System|Internal|Invalid\w*|Remote)Error",
-           r"Dist(?:Backend|Network|Store)Error",
-           r"ProcessGroupNCCL.*(?:error|Error|timed out|[Tt]imeout)",
-           r"Watchdog caught collective operation timeout",
-           r"NCCL WARN")
-    + _sig("config-error", 70,
-           r"argument --[\w-]+: invalid choice",
-           r"unrecognized arguments:",
-           r"error: the following arguments are required",
-           r"does not (?:recognize|support) this architecture",
-           r"has model type `[^`]+` but Transformers does not recognize",
-           r"Unrecognized configuration class",
-           r"^(?:\w+\.)*(?:ValueError|TypeError|AssertionError|OSError|FileNotFoundError): .*"
-           r"(?:backend|kv.cache.dtype|page.size|not supported|must be|config|model_type|model path|"
-           r"does not appear to have|is not a (?:local folder|valid))")
-    + _sig("warmup-failed", 80, r"Initialization failed\. warmup error")
-    + _sig("python-exception", BARE_RANK, EXCEPTION_LINE)
-    + _sig("killed", 85, r"died during initialization \(exit code: -9\)", r"exit code:? -9\b")
-    # A bare "Killed" is usually the launcher killing itself after a child failed: a consequence.
-    + _sig("killed", 95, r"^Killed$", r"signal 9\b|SIGKILL")
-    # The launcher's sigquit notice says only that a child failed: the key line only when the child's own
-    # error is nowhere in the log.
-    + _sig("unknown", 97, SIGQUIT_NOTICE, SIGQUIT_RECEIVED),
+    (sig for category, rank, patterns in SIGNATURE_TABLE for sig in _sig(category, rank, *patterns)),
     key=lambda s: s.rank))
 
 # An exception raised inside Python's logging package is logging failing to write a record (a reentrant write
@@ -333,90 +185,6 @@ def _line_starts(body: str, anchors: Iterable[str]) -> set[int]:
     return starts
 
 
-def _hint(category: str, phase: str, key_line: str | None = None) -> str | None:
-    if key_line is not None:
-        for pattern, hint in KEY_LINE_HINTS:
-            if pattern.search(key_line):
-                return hint
-    if category == "oom":
-        if phase == "cuda-graph-capture":
-            return ("out of GPU memory while capturing CUDA graphs: lower --cuda-graph-max-bs or "
-                    "--mem-fraction-static (graphs live outside the static pool)")
-        if phase in ("load-weights", "kv-cache"):
-            return ("out of GPU memory before serving: the weights do not fit beside the KV pool — lower "
-                    "--mem-fraction-static, raise --tp-size, or free the GPUs (another process?)")
-        return ("out of GPU memory while serving: lower --max-running-requests, --chunked-prefill-size or "
-                "--mem-fraction-static")
-    return HINTS.get(category)
-
-
-def hang_hint(phase: str | None, stack_dump: bool = True) -> str:
-    """Advice for a server that stopped making progress, by where its log says it was (seen live: a server
-    stuck before CUDA graph capture was sent to NCCL). The stack dump shows where each process waits."""
-    where = {
-        "args": "before it parsed its arguments: the launcher itself is blocked (a Python import or a file lock)",
-        "distributed-init": "at distributed init: usually NCCL or the rendezvous port (try NCCL_DEBUG=INFO, "
-                            "NCCL_P2P_DISABLE=1; check that no other job holds the GPUs)",
-        "load-weights": "while loading the weights: slow or unreachable storage, or a rank that died and left "
-                        "the others waiting",
-        "kv-cache": "after sizing the KV cache, before CUDA graph capture: a kernel JIT build waiting on a "
-                    "lock, or the patch under test",
-        "cuda-graph-capture": "while capturing CUDA graphs: a kernel that never returns (the attention backend "
-                              "or the patch under test), or a collective one rank never reached",
-        "warmup": "in the warmup request: the first forward pass never finished",
-        "serving": "while serving: a request that never finishes, or a deadlock between ranks",
-    }.get(phase or "", "before its log said where it was")
-    see = ("stack-dump.txt shows where each process waits" if stack_dump
-           else "no stack dump was taken (install py-spy on the host to get one)")
-    return f"the server stopped making progress {where}; {see}"
-
-
-# Advice that depends on the key line's words rather than only on its category.
-KEY_LINE_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), hint) for p, hint in (
-    (r"fatal error: |cannot open source file",
-     "the JIT build could not find a file it includes: the CUDA toolkit it compiles against (CUDA_HOME) or the "
-     "headers the kernel library ships (FlashInfer's cutlass) are missing or older than the kernels need — point "
-     "CUDA_HOME at a full toolkit of the version torch was built for, reinstall the library, or add the include "
-     "path (FLASHINFER_EXTRA_CUDAFLAGS=-I…)"),
-    # Seen live: FlashInfer's MLA plan given an e5m2 cache ("MLA kv_data_type torch.float8_e5m2 is not
-    # supported. Supported dtypes: [...]"), raised during CUDA graph capture, not at argument parsing.
-    (r"(?i)\bkv_(?:cache_)?(?:data_)?d?type\b.*\b(?:not supported|unsupported)",
-     "the attention backend's kernels cannot read this KV cache dtype (the key line lists the ones they can): set "
-     "the experiment's server.kv_cache_dtype (--kv-cache-dtype) to one of them, or pick a backend that reads it"),
-    (SIGQUIT_NOTICE + "|" + SIGQUIT_RECEIVED[len("(?i)"):],
-     "a child process (a scheduler) failed and the launcher shut everything down, but the child's own error is "
-     "not in this log: look for its traceback in the scheduler's output, or rerun with one GPU (--tp 1) to see it"),
-))
-
-HINTS = {
-    "build-tool-missing": "the JIT build cannot start: a tool it runs is missing or not on PATH — `pip install "
-                          "ninja` in the server's environment, install the CUDA toolkit and set CUDA_HOME (nvcc "
-                          "under $CUDA_HOME/bin), install a C++ compiler, or use prebuilt kernels "
-                          "(flashinfer-jit-cache / AOT wheels)",
-    "illegal-memory-access": "a kernel read out of bounds: suspect the attention backend or the patch under "
-                             "test; rerun with CUDA_LAUNCH_BLOCKING=1 to name the kernel",
-    "jit-compile-error": "a JIT-compiled kernel failed to build: that kernel does not support this dtype/shape "
-                         "(FlashInfer's MLA kernel needs a 16-bit KV cache); revert the patch or pick a "
-                         "backend that does",
-    "unsupported-arch": "this backend's kernels do not run on this GPU: on Hopper (SM90) use flashinfer, fa3, "
-                        "flashmla or triton; cutlass_mla and trtllm_mla need Blackwell (SM100)",
-    "nccl-error": "NCCL failed between ranks: rerun with NCCL_DEBUG=INFO, check P2P/IB settings "
-                  "(NCCL_P2P_DISABLE=1, NCCL_IB_DISABLE=1) and that no other job holds the GPUs",
-    "import-error": "the server's Python environment is broken (a missing module or an ABI mismatch between "
-                    "sgl-kernel/flashinfer and torch): reinstall matching versions",
-    "port-in-use": "a port the server needs is taken: stop the old server or pick another --port (internal "
-                   "ports such as the dist-init port derive from it)",
-    "config-error": "the server rejected its arguments or the model config before starting: fix the flag or "
-                    "model named in the key line",
-    "python-exception": "the server raised an exception: the key line is the error, the traceback above it "
-                        "says where",
-    "warmup-failed": "the server came up but its warmup request failed: check the model path and the "
-                     "first request's error",
-    "killed": "the process was killed (SIGKILL): check `dmesg -T | grep -i oom` for the OS OOM killer",
-    "unknown": "the server died without a recognised error: read the end of the log",
-    "incomplete": "the log ends before the server was ready and without an error: still starting, cut "
-                  "short, or hung (a live watcher decides hangs by time)",
-}
 
 
 @dataclass(frozen=True)

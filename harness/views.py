@@ -11,13 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import report
+from . import report, reportplot
 from .config import HostConfig
 from .errors import ConfigError
 from .plan import Plan
 from .protocol import Status
-from .results import Record, ResultsStore, RunInfo
+from .results import ResultsStore
 from .runner import AttemptOutcome
+from .schemas import Record, RunInfo
 
 
 def show_plan(out: Console, plan: Plan, hosts: dict[str, HostConfig]) -> None:
@@ -43,7 +44,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
     _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
-        report.plot(rows, metric, str(plot_file))
+        reportplot.plot(rows, metric, str(plot_file))
     if fmt == "markdown":
         print(report.to_markdown(rows, metric), end="")
     elif fmt == "csv":

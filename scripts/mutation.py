@@ -136,8 +136,8 @@ PLANTS = [
     Plant("files/ modes left out of the resume key", "harness/patchsets.py",
           'b"\\0" + oct(f.mode).encode() + b"\\0" + f.content', 'b"\\0" + f.content',
           ("tests/unit/test_plan.py",)),
-    Plant("OOM ranked below illegal memory access in triage", "harness/triage.py",
-          '_sig("oom", 30,', '_sig("oom", 45,', ("tests/unit/test_triage.py",)),
+    Plant("OOM ranked below illegal memory access in triage", "harness/triage_signatures.py",
+          '("oom", 30, (', '("oom", 45, (', ("tests/unit/test_triage.py",)),
     # Hosts configured other ways (issue "Nothing lost, nothing left behind"):
     Plant("the bytes saved before applying are not put back (git's filters decide)", "harness/agent/tree.py",
           "            if backup:\n                copy_raw(", "            if False:\n                copy_raw(",
@@ -176,7 +176,7 @@ PLANTS = [
           "            if hop is conn:\n                self._check_host_keys(hop.client)\n"
           "            hop = hop.gateway",
           ("tests/integration/test_hosts_other_ways.py::test_host_keys_are_checked_on_every_hop_through_a_bastion",)),
-    Plant("two harnesses may run one run", "harness/cli.py",
+    Plant("two harnesses may run one run", "harness/cli_run.py",
           "    with store.lock_run(run_id):", "    with __import__(\"contextlib\").nullcontext():",
           ("tests/integration/test_sweep.py::test_a_second_harness_on_the_same_run_is_refused_at_once_and_nothing_is_duplicated",)),
     Plant("orphans re-parented to the agent are left running", "harness/agent/procs.py",

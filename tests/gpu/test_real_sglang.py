@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.results import Record, ResultsStore, load_record
+from harness.results import ResultsStore, load_record
+from harness.schemas import Record
 
 pytestmark = [pytest.mark.gpu]
 

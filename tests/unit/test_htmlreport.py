@@ -12,7 +12,8 @@ import pytest
 
 from harness import htmlreport, report
 from harness.errors import ConfigError
-from harness.results import Record, ResultsStore, RunInfo
+from harness.results import ResultsStore
+from harness.schemas import Record, RunInfo
 from tests.support.htmlpage import Page, external
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}] * 8

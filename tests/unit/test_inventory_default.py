@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app, sim_host_entry
+from harness.cli import app
+from harness.cli_sim import sim_host_entry
 from harness.config import load_inventory
 from harness.project import missing_inventory_hint
 

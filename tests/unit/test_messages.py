@@ -13,7 +13,7 @@ from harness.agent.errors import abort_message
 from harness.agent.tree import git_reason
 from harness.cli import app
 from harness.progress import SweepProgress, outcome_detail
-from harness.results import Record
+from harness.schemas import Record
 
 GIT_APPLY_STDERR = ("Checking patch python/sglang/srt/layers/attention/flashinfer_mla_backend.py...\n"
                     "error: patch failed: python/sglang/srt/layers/attention/flashinfer_mla_backend.py:412\n"

@@ -23,7 +23,7 @@ from harness.report import (
     to_json,
     to_markdown,
 )
-from harness.results import ProfileOp, ProfileSummary, Record
+from harness.schemas import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
@@ -102,7 +102,7 @@ def test_plot_writes_a_png(tmp_path):
     import pytest
 
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.report import plot
+    from harness.reportplot import plot
 
     rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
                       baseline="base")
@@ -646,7 +646,7 @@ def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_namin
 
 def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.report import plot_figure
+    from harness.reportplot import plot_figure
 
     rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
     fig = plot_figure(rows, "output_throughput")
@@ -670,7 +670,7 @@ def test_too_narrow_for_any_table_each_experiment_becomes_a_block_of_whole_words
     """Seen in the demo at 80 columns: a GPU column and a top-op column beside the names left no layout that
     fits, and rich squeezed every column until "sim-flashinfer-mla" read "sim-fl / ashinf / er-mla"."""
     from harness.report import cell_text, ratio_text
-    from harness.results import ProfileOp, ProfileSummary
+    from harness.schemas import ProfileOp, ProfileSummary
 
     records = fleet(mixed=True)
     for r in records:

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from harness.errors import ConfigError, ResultsError
 from harness.metrics import parse_jsonl, summarize
 from harness.protocol import Status
-from harness.results import FINAL_STATUSES, PlannedEntry, Record, ResultsStore, RunInfo, load_record
+from harness.results import ResultsStore, load_record
+from harness.schemas import FINAL_STATUSES, PlannedEntry, Record, RunInfo
 
 
 def record(**kw):

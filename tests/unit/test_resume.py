@@ -9,8 +9,9 @@ import pytest
 
 from harness.config import HostConfig
 from harness.errors import ConfigError
-from harness.results import ResultsStore, RunInfo
+from harness.results import ResultsStore
 from harness.resume import parse_host_list, recorded_path, resume_command, sweep_host_names
+from harness.schemas import RunInfo
 
 INVENTORY = {n: HostConfig(address="local", repo=f"/r/{n}") for n in ("a", "b", "c")}
 HOSTS_FILE = Path("/cfg/hosts.yaml")

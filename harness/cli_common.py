@@ -1,0 +1,73 @@
+"""What every command shares: the two consoles, --debug and the errors' exit codes, the results store, the
+host inventory and picking a host from it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from .config import HostConfig, Inventory, load_inventory
+from .errors import ConfigError
+from .exits import errors_to_exit_codes
+from .project import default_results_dir, missing_inventory_hint
+from .results import ResultsStore
+
+# soft_wrap: never break a line inside a path or a command a user may copy.
+# On a pipe rich assumes 80 columns: tables (plans, comparisons) would be folded into unreadable cells, so 180
+# unless COLUMNS says otherwise (e.g. COLUMNS=80 for a mail or a narrow log viewer).
+_PIPE_WIDTH = None if sys.stdout.isatty() else (int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit()
+                                                else 180)
+out = Console(soft_wrap=True, width=_PIPE_WIDTH)
+err = Console(stderr=True, soft_wrap=True)
+_debug = False
+RESULTS_HELP = ("Where records go (default: $HARNESS_RESULTS_DIR, else results/ of the checkout harness runs from, "
+                "else ~/.local/share/harness/results; never the current folder).")
+
+
+def set_debug(debug: bool) -> None:
+    """--debug (the root command's option): errors show their traceback."""
+    global _debug
+    _debug = debug
+
+
+def exit_on_errors() -> errors_to_exit_codes:
+    """What a command's body runs under: a HarnessError becomes one message and its exit code."""
+    return errors_to_exit_codes(err, _debug)
+
+
+def read_inventory(path: Path) -> Inventory:
+    # No hosts.yaml ships (no host works everywhere): say how to make one rather than "file not found".
+    if not path.is_file():
+        raise ConfigError("no host inventory here", file=path.absolute(), hint=missing_inventory_hint())
+    return load_inventory(path)
+
+
+def open_store(results_dir: Path | None, announce: bool) -> ResultsStore:
+    """The results store: --results-dir, else the default that does not depend on the current folder."""
+    store = ResultsStore((results_dir or default_results_dir()).absolute())
+    if announce:
+        out.print(f"results: {store.root}", highlight=False)
+    return store
+
+
+def results_dir_arg(results_dir: Path | None) -> str:
+    # A later `harness compare` finds the default by itself; only a chosen folder needs repeating.
+    return f" --results-dir {results_dir.absolute()}" if results_dir is not None else ""
+
+
+def pick_host(hosts: dict[str, HostConfig], name: str | None, hosts_path: Path) -> tuple[str, HostConfig]:
+    if name is None:
+        if len(hosts) == 1:
+            return next(iter(hosts.items()))
+        raise ConfigError(f"the inventory has {len(hosts)} hosts; say which with --host", file=hosts_path,
+                          hint="hosts: " + ", ".join(hosts))
+    if name not in hosts:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(hosts), n=1)
+        raise ConfigError(f"unknown host {name!r}", file=hosts_path,
+                          hint=(f"did you mean {close[0]!r}? " if close else "") + "hosts: " + ", ".join(hosts))
+    return name, hosts[name]
