@@ -12,6 +12,7 @@ from rich.markup import escape
 from .cli_common import err, exit_on_errors, out, pick_host, read_inventory
 from .errors import HarnessError
 from .protocol import Status
+from .slurm import JobInfo, describe
 
 
 def status(
@@ -52,6 +53,12 @@ def status(
             out.print(f"    lock: {lock_s}", highlight=False)
             out.print(f"    journal: {journal_s}", highlight=False)
             out.print(f"    dirty files: {len(st.get('dirty') or [])}", highlight=False)
+            if "queue" in st:  # a cluster: the GPUs are the nodes', its jobs are what runs
+                jobs = st["queue"]
+                out.print("    jobs in the queue: " + (", ".join(
+                    f"{j['job_id']} {describe(JobInfo(j['job_id'], j['state'], j['reason'], j['node']))}"
+                    for j in jobs) or "none"), highlight=False)
+                continue
             out.print(f"    GPUs: {len(gpus)} x {gpus[0]['name'] if gpus else '?'}; processes holding memory: "
                       + (", ".join(f"pid {p} ({mib} MiB)" for p, mib in apps.items()) or "none"), highlight=False)
 

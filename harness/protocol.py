@@ -367,6 +367,8 @@ class JobState(Event):
     state: str = ""
     reason: Optional[str] = None
     node: Optional[str] = None
+    note: Optional[str] = None  # the reader's own trouble (the login node unreachable, and back)
+    login_lost_s: Optional[float] = None  # seconds the login node could not be reached, so far
 
 
 EVENTS: dict[str, type[Event]] = {c.KIND: c for c in (Hello, Alive, Pong, StageChanged, Recovering,

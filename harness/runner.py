@@ -181,7 +181,14 @@ def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
 
 def host_status(host_name: str, host: HostConfig, *,
                 transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
-    """The host's lock holder, leftover journal, GPUs and their processes (read-only)."""
+    """The host's lock holder, leftover journal, GPUs and their processes (read-only). For a cluster: the
+    repo as the login node sees it on the shared storage, and this harness's jobs in the queue."""
+    if isinstance(host, ClusterHost):
+        from .slurmjob import queued_jobs
+
+        res = _service(host_name, host.cluster.login_host, "status", transport_factory)
+        res["queue"] = queued_jobs(host_name, host)
+        return res
     return _service(host_name, host, "status", transport_factory)
 
 
@@ -333,7 +340,10 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
         reporter.note(label, "runs although it cannot work here (expect: crash): " + "; ".join(ev.problems))
     elif isinstance(ev, JobState):
         follow.job = _job_summary(follow.job, ev)
-        reporter.stage(label, describe(JobInfo(ev.job_id, ev.state, ev.reason, ev.node)))
+        if ev.note:
+            reporter.note(label, ev.note)
+        else:
+            reporter.stage(label, describe(JobInfo(ev.job_id, ev.state, ev.reason, ev.node)))
     elif isinstance(ev, Final):
         follow.final = ev.to_dict()
         return True
@@ -348,6 +358,8 @@ def _job_summary(before: dict[str, Any] | None, ev: JobState) -> dict[str, Any]:
     if ev.state == "RUNNING" and job.get("state") != "RUNNING":
         job.setdefault("queued_s", round(ev.t - job["submitted"], 3))
     job.update(state=ev.state, node=ev.node or job.get("node"))
+    if ev.login_lost_s:
+        job["login_lost_s"] = ev.login_lost_s
     if ev.reason:
         job["reason"] = ev.reason
     return job

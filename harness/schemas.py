@@ -147,6 +147,7 @@ class SlurmJob(_Strict):
     reason: str | None = None  # the last PENDING reason seen
     queued_s: float | None = None  # submission → RUNNING
     requeued: int = 0
+    login_lost_s: float | None = None  # how long the login node could not be reached while the job ran
 
 
 class Record(_Strict):

@@ -98,7 +98,7 @@ def batch_script(python: str, agent: str, job_dir: str) -> str:
 def sbatch_argv(cluster: ClusterConfig, *, name: str, job_dir: str, script: str, gpus: int, minutes: int) -> list[str]:
     argv = ["sbatch", "--parsable", f"--job-name={name}", "--dependency=singleton", f"--time={minutes}",
             f"--signal=B:USR1@{SIGNAL_LEAD_S}", "--requeue", "--nodes=1", f"--chdir={job_dir}",
-            f"--output={job_dir}/slurm-%j.out"]
+            f"--output={job_dir}/slurm-%j.out", "--open-mode=append"]
     if gpus:
         argv.append(f"--gres=gpu:{gpus}")
     if cluster.exclusive:

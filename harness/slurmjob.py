@@ -111,6 +111,7 @@ class SlurmJob(RemoteProcess):
         self._cancelled = False
         self._finished = False
         self._unreachable_since: float | None = None
+        self._lost_s = 0.0  # the login node unreachable, in all
 
     # ------------------------------------------------------------------ what the runner calls
 
@@ -199,7 +200,11 @@ class SlurmJob(RemoteProcess):
         if answer is None:
             self._login_trouble()
             return
-        self._unreachable_since = None
+        if self._unreachable_since is not None:
+            lost = time.monotonic() - self._unreachable_since
+            self._lost_s += lost
+            self._unreachable_since = None
+            self._emit_state(note=f"the login node answers again after {lost:.1f} s")
         q_rc, q_out, _ = answer["squeue"]
         info = parse_squeue(q_out, str(self.job_id)) if q_rc == 0 else None
         if info is None and answer.get("sacct") and answer["sacct"][0] == 0:
@@ -248,9 +253,10 @@ class SlurmJob(RemoteProcess):
                 continue
             self._lines.append(line + b"\n")
 
-    def _emit_state(self) -> None:
+    def _emit_state(self, note: str | None = None) -> None:
         assert self.info is not None
-        ev = JobState(job_id=self.info.job_id, state=self.info.state, reason=self.info.reason, node=self.info.node)
+        ev = JobState(job_id=self.info.job_id, state=self.info.state, reason=self.info.reason, node=self.info.node,
+                      note=note, login_lost_s=round(self._lost_s, 3) if self._lost_s else None)
         self._lines.append((json.dumps(encode(ev)) + "\n").encode())
 
     def _give_final(self, body: dict) -> None:
@@ -261,7 +267,8 @@ class SlurmJob(RemoteProcess):
         now = time.monotonic()
         if self._unreachable_since is None:
             self._unreachable_since = now
-            self._stderr.append(f"cannot reach the login node of {self.t.name}; trying again\n")
+            self._emit_state(note=f"cannot reach the login node; trying again for up to "
+                                  f"{self.t.cluster.login_timeout:.0f} s (the job runs on)")
         elif now - self._unreachable_since > self.t.cluster.login_timeout:
             self._finished = True
             raise HostUnreachable(self.t.name, f"the login node stayed unreachable for "
@@ -287,3 +294,13 @@ class SlurmJob(RemoteProcess):
         except HostError:
             return ""
 
+
+
+def queued_jobs(name: str, host: ClusterHost) -> list[dict]:
+    """This harness's jobs on the cluster's repo, as the queue shows them now."""
+    with connect(f"{name} (login)", host.cluster.login_host) as login:
+        r = login.run(["squeue", "-h", "-n", job_name(host.repo), "-o", SQUEUE_FORMAT], check=False, timeout=60)
+    if r.exit_code != 0:
+        raise HostError(name, f"squeue failed (exit {r.exit_code}): {(r.stderr or r.stdout).strip()[-500:]}")
+    jobs = [parse_squeue(line, line.split("|", 1)[0]) for line in r.stdout.splitlines() if line.strip()]
+    return [{"job_id": j.job_id, "state": j.state, "reason": j.reason, "node": j.node} for j in jobs if j]
