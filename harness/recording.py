@@ -111,7 +111,7 @@ def _slurm_facts(job: dict[str, Any] | None) -> SlurmJob | None:
         return None
     return SlurmJob(job_id=job["job_id"], state=job.get("state"), node=job.get("node"), reason=job.get("reason"),
                     queued_s=job.get("queued_s"), requeued=job.get("requeued", 0),
-                    login_lost_s=job.get("login_lost_s"))
+                    login_lost_s=job.get("login_lost_s"), agent_start_s=job.get("agent_start_s"))
 
 
 def bench_complete(spec: Spec, follow: AgentReport) -> bool:

@@ -41,7 +41,8 @@ from .schemas import Record, SweepAttempt
 from .shipping import ensure_agent
 from .slurm import JobInfo, describe
 from .spec import build_spec
-from .transport import RemoteProcess, Transport, connect
+from .targets import connect
+from .transport import RemoteProcess, Transport
 from .triage import triage_text
 
 
@@ -311,6 +312,8 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
                 follow.job["requeued"] = follow.job.get("requeued", 0) + 1
             reporter.note(label, f"the job was requeued; it runs again from the start on {ev.hostname}")
         follow.hello = ev.to_dict()
+        if follow.job is not None and "agent_start_s" not in follow.job:
+            follow.job["agent_start_s"] = round(ev.host_time - follow.job["submitted"], 3)
         if not is_local:  # same clock when local; else measure the offset with one round trip
             follow.ping_sent = time.time()
             proc.write(b'{"cmd": "ping", "echo": 1}\n')

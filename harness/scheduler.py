@@ -18,7 +18,8 @@ from .protocol import Status
 from .results import ResultsStore
 from .runner import Reporter, run_attempt
 from .schemas import PlannedEntry, Record, RunInfo, SweepAttempt
-from .transport import Transport, connect
+from .targets import connect
+from .transport import Transport
 
 MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep
 

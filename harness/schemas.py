@@ -145,7 +145,8 @@ class SlurmJob(_Strict):
     state: str | None = None  # the last state seen (COMPLETED, CANCELLED, TIMEOUT, ...)
     node: str | None = None
     reason: str | None = None  # the last PENDING reason seen
-    queued_s: float | None = None  # submission → RUNNING
+    queued_s: float | None = None  # submission → RUNNING (as the queue was polled)
+    agent_start_s: float | None = None  # submission → the agent's hello (the node's clock against ours)
     requeued: int = 0
     login_lost_s: float | None = None  # how long the login node could not be reached while the job ran
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .config import ClusterHost, HostConfig
+from .config import HostConfig
 from .errors import HostAuthError, HostError, HostKeyError, HostUnreachable, RemoteCommandError
 
 # What the remote login shell executes: the host's Python with this one-line program, which decodes the
@@ -424,8 +424,5 @@ class _AcceptNewPolicy:  # duck-typed paramiko.MissingHostKeyPolicy
 
 
 def connect(name: str, host: HostConfig) -> Transport:
-    if isinstance(host, ClusterHost):  # attempts run as Slurm jobs, through the cluster's login node
-        from .slurmjob import SlurmTransport
-
-        return SlurmTransport(name, host)
+    """A host's transport (a cluster's is `targets.connect`'s)."""
     return LocalTransport(name, host) if host.is_local else SSHTransport(name, host)

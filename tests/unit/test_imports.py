@@ -10,9 +10,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 # Not controller modules: the agent runs on the host (stdlib only), the simulated target is SGLang's stand-in.
 SKIP = ("agent", "sim")
 PURE = ("backends", "commands", "metrics", "spec", "triage", "triage_signatures", "triage_hints", "errors", "resume",
-        "hostgpus", "schemas")
+        "hostgpus", "schemas", "slurm", "configerrors")
 EDGE = {"cli", "cli_common", "cli_compare", "cli_hosts", "cli_inspect", "cli_patch", "cli_run", "cli_sim", "runner",
-        "scheduler", "transport", "recording", "results", "report", "reportplot", "progress"}
+        "scheduler", "transport", "slurmjob", "targets", "recording", "results", "report", "reportplot", "progress"}
 
 
 def module_name(path: Path) -> str:
