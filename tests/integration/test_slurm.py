@@ -327,3 +327,22 @@ def test_a_job_whose_agent_is_killed_is_retried_and_the_repo_is_recovered(cluste
     assert "without the agent's final report" in recs[0].error
     assert tree_snapshot(target.repo) == before
     assert live_jobs(cluster, tmp_path) == []
+
+
+def test_status_shows_the_repos_jobs_and_recover_runs_as_a_job_on_the_repo(cluster, target, tmp_path):
+    hosts, res = inventory(tmp_path, target), tmp_path / "results"
+    proc = start(run_cmd(experiment(tmp_path, prompts=20), hosts, res), tmp_path)
+    seen: list[str] = []
+    read_until(proc, ": bench", seen)
+    (job_id, _), = live_jobs(cluster, tmp_path)
+    st = subprocess.run(HARNESS + ["status", "c1", "--hosts-file", str(hosts)], capture_output=True, text=True,
+                        timeout=120)
+    assert st.returncode == 0, st.stdout + st.stderr
+    assert f"jobs in the queue: {job_id} RUNNING on {cluster.node}" in st.stdout
+    assert "locked by run" in st.stdout  # the repo as the shared storage shows it: the job's agent holds it
+    proc.communicate(timeout=300)
+    rc = subprocess.run(HARNESS + ["recover", "c1", "--hosts-file", str(hosts)], capture_output=True, text=True,
+                        timeout=300)
+    assert rc.returncode == 0 and "no journal, nothing to recover" in rc.stdout, rc.stdout + rc.stderr
+    jobs = our_jobs(cluster, tmp_path)
+    assert len(jobs) == 2 and all(s == "COMPLETED" for _, s in jobs), jobs  # the attempt's, then recover's
