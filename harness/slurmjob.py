@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .config import ClusterHost, HostConfig
 from .errors import HostError, HostUnreachable
-from .protocol import Final, JobState, Spec, encode
+from .protocol import Final, JobState, Spec, Status, encode
 from .slurm import (
     SQUEUE_FORMAT,
     JobInfo,
@@ -59,6 +59,7 @@ LOOK = (
 MKDIR = "import os,sys\nos.makedirs(sys.argv[1],exist_ok=True)\nos.chmod(sys.argv[1],0o700)\n"
 TAIL = "import sys\ntry:\n    f=open(sys.argv[1],'rb');f.seek(0,2);f.seek(max(0,f.tell()-4000));" \
        "sys.stdout.write(f.read().decode('utf-8','replace'))\nexcept OSError:\n    pass\n"
+SUBMISSION_REFUSED = "Batch job submission failed"  # sbatch's words when slurmctld rejects the job itself
 STORAGE_LAG_S = 15.0  # after the job ended: how long its last events may take to appear on shared storage
 
 
@@ -116,6 +117,8 @@ class SlurmJob(RemoteProcess):
     # ------------------------------------------------------------------ what the runner calls
 
     def write(self, data: bytes) -> None:
+        if self._finished:
+            return
         if self.job_id is None:  # the first line is the spec: submit
             self._inbox += data
             if b"\n" in self._inbox:
@@ -174,9 +177,15 @@ class SlurmJob(RemoteProcess):
         argv = sbatch_argv(self.t.cluster, name=job_name(host.repo), job_dir=self.job_dir,
                            script=f"{self.job_dir}/job.sh", gpus=gpus, minutes=time_limit_minutes(spec, self.t.cluster))
         r = self.t.login.run(argv, check=False, timeout=120)
+        said = (r.stderr or r.stdout).strip()[-800:]
+        if r.exit_code != 0 and SUBMISSION_REFUSED in said:  # Slurm's no to this job: asking again changes nothing
+            self._give_final({"status": Status.PREFLIGHT_FAILED.value, "cannot_run": [said],
+                              "error": f"Slurm refused the job: {said} (check the cluster's partition, account, "
+                                       f"gpus_per_node and sbatch_extra in hosts.yaml)"})
+            return
         if r.exit_code != 0:
-            raise HostError(self.t.name, f"sbatch failed (exit {r.exit_code}): {(r.stderr or r.stdout).strip()[-800:]}",
-                            hint="check the cluster's partition/account/sbatch_extra in hosts.yaml")
+            raise HostError(self.t.name, f"sbatch failed (exit {r.exit_code}): {said}",
+                            hint="is Slurm's controller up? `sinfo` on the login node says")
         try:
             self.job_id = parse_job_id(r.stdout)
         except ValueError as exc:

@@ -6,6 +6,7 @@
 #   scripts/gpu/live_h200.sh setup                               # model, target repos, hosts.yaml, smoke
 #   scripts/gpu/live_h200.sh sweep [SECONDS] [SWEEP_FILE]        # the all-backends sweep (resumable)
 #   scripts/gpu/live_h200.sh tests [PYTEST ARGS]                 # tests/gpu/test_real_sglang.py
+#   scripts/gpu/live_h200.sh slurm [SWEEP_FILE]                  # the same through a one-node Slurm (.slurmdebs/)
 #
 # Results (the results dir as a tarball, logs) go to $OUT when it is set.
 set -euo pipefail
@@ -62,5 +63,14 @@ print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])
     set -e
     save_results
     exit "$rc" ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  slurm)
+    prefix=/tmp/slurm-prefix
+    mkdir -p "$prefix"
+    for f in .slurmdebs/*.deb; do dpkg -x "$f" "$prefix"; done
+    set +e
+    python3 scripts/gpu/slurm_live.py --prefix "$prefix" --root "$ROOT" --sweep "${2:-experiments/real-h200/slurm.yaml}"
+    rc=$?
+    set -e
+    exit "$rc" ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
 esac

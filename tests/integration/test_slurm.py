@@ -346,3 +346,17 @@ def test_status_shows_the_repos_jobs_and_recover_runs_as_a_job_on_the_repo(clust
     assert rc.returncode == 0 and "no journal, nothing to recover" in rc.stdout, rc.stdout + rc.stderr
     jobs = our_jobs(cluster, tmp_path)
     assert len(jobs) == 2 and all(s == "COMPLETED" for _, s in jobs), jobs  # the attempt's, then recover's
+
+
+def test_a_job_slurm_refuses_is_a_preflight_failure_not_retried(cluster, target, tmp_path):
+    hosts = inventory(tmp_path, target, partition="no-such-partition")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"name": "s", "base": "base.yaml", "rounds": 1}))
+    experiment(tmp_path, "base", prompts=2)
+    res = tmp_path / "results"
+    p = subprocess.run(HARNESS + ["sweep", str(tmp_path / "sweep.yaml"), "--hosts-file", str(hosts), "--results-dir",
+                                  str(res), "--patches-dir", str(PROJECT / "patches")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    recs = [r for v in records_on_disk(res, run_id_of(res)).values() for r in v]
+    assert [r.status for r in recs] == ["preflight-failed"], p.stdout + p.stderr
+    assert "Invalid partition" in recs[0].error and "partition" in recs[0].error
+    assert our_jobs(cluster, tmp_path) == []

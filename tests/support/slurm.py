@@ -43,10 +43,19 @@ class Cluster:
     node: str = field(default_factory=socket.gethostname)
     cpus: int = field(default_factory=lambda: os.cpu_count() or 2)
     pids: dict[str, int] = field(default_factory=dict)
+    # On a GPU host: the real device files (/dev/nvidia0, ...) instead of 8 stand-ins, and for Slurm unpacked
+    # off its usual place (dpkg -x), where its plugins and slurmstepd are.
+    gres_files: list[str] | None = None
+    plugin_dir: str | None = None
+    stepd: str | None = None
 
     @property
     def conf(self) -> Path:
         return self.root / "slurm.conf"
+
+    @property
+    def devices(self) -> list[str]:
+        return self.gres_files or [str(self.root / "dev" / f"nvidia{i}") for i in range(8)]
 
     @property
     def env(self) -> dict[str, str]:
@@ -58,8 +67,7 @@ class Cluster:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self._write_munge_key()
         self._write_config()
-        for i in range(8):  # what --gres=gpu:N hands out: character devices, like /dev/nvidiaN
-            dev = self.root / "dev" / f"nvidia{i}"
+        for dev in map(Path, self.devices):  # what --gres=gpu:N hands out: character devices, like /dev/nvidiaN
             if not dev.exists():
                 os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
         m = self.root / "munge"
@@ -69,7 +77,7 @@ class Cluster:
         self._wait_for(lambda: (m / "socket").exists(), timeout, "munged's socket")
         self._spawn("slurmctld", [_exe("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait_for(self._controller_answers, timeout, "slurmctld to answer")
-        self._spawn("slurmd", [_exe("slurmd"), "-D", "-f", str(self.conf)])
+        self._spawn("slurmd", [_exe("slurmd"), "-D", "-f", str(self.conf)] + (["-d", self.stepd] if self.stepd else []))
         self._wait_for(self._node_idle, timeout, f"node {self.node} to become idle")
         return self
 
@@ -153,11 +161,11 @@ MinJobAge=300
 SlurmctldTimeout=30
 SlurmdTimeout=30
 GresTypes=gpu
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} Gres=gpu:8 State=UNKNOWN
+{f"PluginDir={self.plugin_dir}" if self.plugin_dir else ""}
+NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} Gres=gpu:{len(self.devices)} State=UNKNOWN
 PartitionName=gpu Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
-        (r / "gres.conf").write_text("".join(f"NodeName={self.node} Name=gpu File={r / 'dev' / f'nvidia{i}'}\n"
-                                             for i in range(8)))
+        (r / "gres.conf").write_text("".join(f"NodeName={self.node} Name=gpu File={d}\n" for d in self.devices))
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.root / "log" / f"{name}.out", "ab")
