@@ -67,6 +67,8 @@ print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])
     prefix=/tmp/slurm-prefix
     mkdir -p "$prefix"
     for f in .slurmdebs/*.deb; do dpkg -x "$f" "$prefix"; done
+    # slurmd's cgroup/v2 plugin wants system.slice for its scope; a container without systemd has none.
+    [ -d /sys/fs/cgroup/system.slice ] || mkdir /sys/fs/cgroup/system.slice
     set +e
     python3 scripts/gpu/slurm_live.py --prefix "$prefix" --root "$ROOT" --sweep "${2:-experiments/real-h200/slurm.yaml}"
     rc=$?

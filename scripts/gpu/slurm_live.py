@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,8 @@ def wrap(prefix: Path) -> Path:
     have = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
     extra = prefix / "extra-libs"
     extra.mkdir(exist_ok=True)
-    for lib in (prefix / ARCH_LIBS).iterdir():
+    libs = [p for d in (prefix / ARCH_LIBS, prefix / "lib/x86_64-linux-gnu") if d.is_dir() for p in d.iterdir()]
+    for lib in libs:  # (Debian 12 still ships some libraries under /lib)
         if lib.name.startswith("lib") and ".so" in lib.name and f"{lib.name} " not in have:
             (extra / lib.name).unlink(missing_ok=True)
             (extra / lib.name).symlink_to(lib)
@@ -72,14 +74,16 @@ def main() -> int:
     ap.add_argument("--prefix", type=Path, required=True, help="where .slurmdebs/*.deb were unpacked (dpkg -x)")
     ap.add_argument("--root", type=Path, default=Path("/tmp/harness-real"), help="live_h200.sh setup's root")
     ap.add_argument("--sweep", type=Path, default=ROOT / "experiments/real-h200/slurm.yaml")
-    ap.add_argument("--timeout", type=float, default=480)
+    ap.add_argument("--timeout", type=float, default=420)
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", args.root / "out"))
     out.mkdir(parents=True, exist_ok=True)
     os.environ["PATH"] = f"{wrap(args.prefix)}:{os.environ['PATH']}"
     devices = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
     cluster = Cluster(args.root / "slurm", gres_files=devices or None, plugin_dir=str(args.prefix / ARCH_LIBS / "slurm-wlm"),
-                      stepd=str(args.prefix / "usr/sbin/slurmstepd"))
+                      stepd=str(args.prefix / "usr/sbin/slurmstepd"),
+                      # In a container: no systemd to ask for a cgroup scope; slurmd makes its own hierarchy.
+                      cgroup_conf="CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n")
     (out / "nvidia-smi-before.txt").write_text(smi())
     try:
         cluster.start()
@@ -92,9 +96,14 @@ def main() -> int:
             "gpus_per_node": len(cluster.devices), "arch": "sm90", "env": env, "partition": "gpu", "max_jobs": 2}}}))
         results = args.root / "slurm-results"
         with open(out / "slurm-sweep.log", "w") as log:
-            p = subprocess.run([sys.executable, "-m", "harness", "sweep", str(args.sweep), "--hosts", "h200-slurm",
-                                "--hosts-file", str(hosts), "--results-dir", str(results)],
-                               stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout)
+            p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(args.sweep), "--hosts", "h200-slurm",
+                                  "--hosts-file", str(hosts), "--results-dir", str(results)],
+                                 stdout=log, stderr=subprocess.STDOUT)
+            try:
+                p.wait(timeout=args.timeout)
+            except subprocess.TimeoutExpired:  # out of time: Ctrl-C, as a user would (scancel, stop, revert)
+                p.send_signal(signal.SIGINT)
+                p.wait(timeout=150)
         run_id = next(d.name for d in results.iterdir() if (d / "run.json").exists())
         table = subprocess.run([sys.executable, "-m", "harness", "compare", run_id, "--results-dir", str(results),
                                 "--format", "markdown", "--metric", "median_itl_ms"], capture_output=True, text=True)
@@ -106,7 +115,7 @@ def main() -> int:
                                                 "gpu_dirty", "provenance")})
         (out / "slurm-records.json").write_text(json.dumps({"sweep_exit": p.returncode, "records": recs,
                                                             "squeue": cluster.run("squeue", "-h", "--states=all",
-                                                                                  "-o", "%i|%T|%N|%S|%e|%M")},
+                                                                                  "-o", "%i|%j|%T|%N|%S|%e|%M")},
                                                            indent=1))
         return p.returncode
     finally:

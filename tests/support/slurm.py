@@ -48,6 +48,7 @@ class Cluster:
     gres_files: list[str] | None = None
     plugin_dir: str | None = None
     stepd: str | None = None
+    cgroup_conf: str | None = None  # cgroup.conf's text, for hosts where slurmd's defaults cannot start
 
     @property
     def conf(self) -> Path:
@@ -165,6 +166,8 @@ GresTypes=gpu
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} Gres=gpu:{len(self.devices)} State=UNKNOWN
 PartitionName=gpu Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
+        if self.cgroup_conf is not None:
+            (r / "cgroup.conf").write_text(self.cgroup_conf)
         (r / "gres.conf").write_text("".join(f"NodeName={self.node} Name=gpu File={d}\n" for d in self.devices))
 
     def _spawn(self, name: str, argv: list[str]) -> None:
