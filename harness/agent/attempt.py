@@ -86,7 +86,12 @@ class Attempt:
         return env
 
     def fail(self, exc: BaseException) -> None:
-        if isinstance(exc, Aborted):
+        if isinstance(exc, StageFailed) and self.link.abort_reason and self.link.abort_reason.startswith("signal "):
+            # The stop signal reached the whole process tree (scancel, a job's end, a closed terminal): what failed
+            # meanwhile — a benchmark client killed by the same signal — is its consequence, not a result.
+            self.result.update(status=Status.ABORTED.value, error="%s (meanwhile: %s)" % (
+                abort_message(self.link.abort_reason), exc.message.strip()))
+        elif isinstance(exc, Aborted):
             self.result.update(status=Status.ABORTED.value, error=abort_message(str(exc)))
         elif isinstance(exc, StageFailed):
             self.result.update(status=exc.status, error=exc.message, **exc.details)

@@ -95,9 +95,11 @@ def main() -> int:
             "kind": "slurm", "workdir": str(args.root / "shared"), "repo": gpu0["repo"], "python": gpu0["python"],
             "gpus_per_node": len(cluster.devices), "arch": "sm90", "env": env, "partition": "gpu", "max_jobs": 2}}}))
         results = args.root / "slurm-results"
+        earlier = sorted(d.name for d in results.iterdir() if (d / "run.json").exists()) if results.is_dir() else []
+        resume = ["--resume", earlier[-1]] if earlier else []  # a run cut short by the last call: finish it
         with open(out / "slurm-sweep.log", "w") as log:
             p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(args.sweep), "--hosts", "h200-slurm",
-                                  "--hosts-file", str(hosts), "--results-dir", str(results)],
+                                  "--hosts-file", str(hosts), "--results-dir", str(results), *resume],
                                  stdout=log, stderr=subprocess.STDOUT)
             try:
                 p.wait(timeout=args.timeout)
