@@ -307,7 +307,10 @@ class SSHTransport(Transport):
             chan.exec_command(self._command(argv))
             chan.shutdown_write()
             stdout, stderr = bytearray(), bytearray()
-            while not (chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()):
+            # Done at end of stream, not at the exit status: sshd may send the status while output still waits
+            # for the window to open (a large file fetched through exec), and stopping then truncates it.
+            while not (chan.exit_status_ready() and chan.eof_received and not chan.recv_ready()
+                       and not chan.recv_stderr_ready()):
                 if chan.recv_ready():
                     stdout += chan.recv(65536)
                 elif chan.recv_stderr_ready():
