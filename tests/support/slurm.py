@@ -40,7 +40,7 @@ def _exe(name: str) -> str:
 @dataclass
 class Cluster:
     root: Path
-    node: str = field(default_factory=socket.gethostname)
+    node: str = field(default_factory=lambda: socket.gethostname().split(".")[0] or "localhost")
     cpus: int = field(default_factory=lambda: os.cpu_count() or 2)
     pids: dict[str, int] = field(default_factory=dict)
     # On a GPU host: the real device files (/dev/nvidia0, ...) instead of 8 stand-ins, and for Slurm unpacked
@@ -78,7 +78,9 @@ class Cluster:
         self._wait_for(lambda: (m / "socket").exists(), timeout, "munged's socket")
         self._spawn("slurmctld", [_exe("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait_for(self._controller_answers, timeout, "slurmctld to answer")
-        self._spawn("slurmd", [_exe("slurmd"), "-D", "-f", str(self.conf)] + (["-d", self.stepd] if self.stepd else []))
+        # -N: this node's name as the config has it, whatever the machine's hostname looks like (an FQDN, say).
+        self._spawn("slurmd", [_exe("slurmd"), "-D", "-f", str(self.conf), "-N", self.node]
+                    + (["-d", self.stepd] if self.stepd else []))
         self._wait_for(self._node_idle, timeout, f"node {self.node} to become idle")
         return self
 
