@@ -107,6 +107,7 @@ class SlurmJob(RemoteProcess):
         self.info: JobInfo | None = None
         self._offset = 0
         self._started = False  # the agent said hello
+        self._ran = False  # the queue showed it on a node
         self._held_final: bytes | None = None
         self._ended_at: float | None = None
         self._cancelled = False
@@ -224,6 +225,7 @@ class SlurmJob(RemoteProcess):
             ended = True
         else:
             ended = info.ended
+        self._ran = self._ran or info.state in ("CONFIGURING", "RUNNING", "COMPLETING") or info.node is not None
         if (info.state, info.reason, info.node) != ((self.info.state, self.info.reason, self.info.node)
                                                      if self.info else None):
             self.info = info
@@ -238,9 +240,11 @@ class SlurmJob(RemoteProcess):
             self._finished = True
             return
         now = time.monotonic()
-        if self._ended_at is None:
+        # Ended while queued (never seen running, no node): nothing can still be on its way.
+        never_ran = not self._started and not self._ran and self.info is not None and self.info.node is None
+        if self._ended_at is None and not never_ran:
             self._ended_at = now  # its last lines may still be on their way through the shared storage
-        elif now - self._ended_at > STORAGE_LAG_S:
+        elif never_ran or (self._ended_at is not None and now - self._ended_at > STORAGE_LAG_S):
             self._give_final(final_without_report(self.info, started=self._started, cancelled=self._cancelled,
                                                   output_tail=self._output_tail()))
 
