@@ -34,8 +34,10 @@ class Strict(BaseModel):
 # --------------------------------------------------------------------------- hosts.yaml
 
 
-class HostConfig(Strict):
-    address: str = Field(min_length=1, description="DNS name, IP, ~/.ssh/config alias, or 'local'")
+class SSHSettings(Strict):
+    """How to reach a machine: a host's, and a cluster's login node's."""
+
+    address: str = Field(min_length=1, description="DNS name, IP, ~/.ssh/config alias, or 'local' (hosts only)")
     port: int | None = Field(None, ge=1, le=65535)
     user: str | None = None
     key: str | None = None
@@ -44,6 +46,9 @@ class HostConfig(Strict):
     ssh_config: str | None = None
     connect_timeout: float = Field(10.0, gt=0)
     keepalive: float = Field(5.0, gt=0, description="seconds between SSH keepalives")
+
+
+class HostConfig(SSHSettings):
     heartbeat_timeout: float = Field(20.0, ge=2, description="seconds of controller silence after which the "
                                      "agent stops the server and reverts by itself")
     repo: str = Field(min_length=1)
@@ -64,18 +69,9 @@ class HostConfig(Strict):
 SLURM_TIME = r"^(?:\d+-)?\d+(?::\d{1,2}){0,2}$"
 
 
-class LoginConfig(Strict):
+class LoginConfig(SSHSettings):
     """The SSH side of a cluster's login node (the same keys as a host's)."""
 
-    address: str = Field(min_length=1, description="DNS name, IP or ~/.ssh/config alias")
-    port: int | None = Field(None, ge=1, le=65535)
-    user: str | None = None
-    key: str | None = None
-    known_hosts: str | None = None
-    accept_new_host_key: bool = False
-    ssh_config: str | None = None
-    connect_timeout: float = Field(10.0, gt=0)
-    keepalive: float = Field(5.0, gt=0)
     python: str = Field("python3", description="a Python 3.8+ on the login node (reads the job files)")
 
 
