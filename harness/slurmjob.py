@@ -20,7 +20,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from .config import ClusterHost, HostConfig
+from .config import ClusterHost
 from .errors import HostError, HostUnreachable
 from .protocol import Final, JobState, Spec, Status, encode
 from .slurm import (
@@ -101,7 +101,6 @@ class SlurmJob(RemoteProcess):
         self._partial = b""
         self._wake = threading.Event()
         self._cancel = threading.Event()
-        self._kill = threading.Event()
         self.job_id: str | None = None
         self.job_dir: str | None = None
         self.info: JobInfo | None = None
@@ -195,8 +194,6 @@ class SlurmJob(RemoteProcess):
         self._emit_state()
 
     def _look(self) -> None:
-        if self._kill.is_set():
-            return
         if self._cancel.is_set() and not self._cancelled:
             self._cancelled = True
             running = self.info is not None and self.info.state == "RUNNING" and self._started

@@ -80,7 +80,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ["PATH"] = f"{wrap(args.prefix)}:{os.environ['PATH']}"
     devices = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
-    cluster = Cluster(args.root / "slurm", gres_files=devices or None, plugin_dir=str(args.prefix / ARCH_LIBS / "slurm-wlm"),
+    cluster = Cluster(args.root / "slurm", gres_files=devices or None,
+                      plugin_dir=str(args.prefix / ARCH_LIBS / "slurm-wlm"),
                       stepd=str(args.prefix / "usr/sbin/slurmstepd"),
                       # In a container: no systemd to ask for a cgroup scope; slurmd makes its own hierarchy.
                       cgroup_conf="CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n")
