@@ -7,6 +7,9 @@
 #   scripts/gpu/live_h200.sh sweep [SECONDS] [SWEEP_FILE]        # the all-backends sweep (resumable)
 #   scripts/gpu/live_h200.sh tests [PYTEST ARGS]                 # tests/gpu/test_real_sglang.py
 #   scripts/gpu/live_h200.sh slurm [SWEEP_FILE]                  # the same through a one-node Slurm (.slurmdebs/)
+#     (.slurmdebs/: on a Debian 12 machine with network, `cd .slurmdebs && apt-get download slurmctld slurmd
+#      slurm-client slurm-wlm-basic-plugins munge libmunge2 libhwloc15 libnuma1 liblz4-1 libgcrypt20
+#      libgpg-error0 libaudit1 libcap-ng0 libpam0g libudev1 libbz2-1.0 zlib1g libdbus-1-3 libsystemd0`, ≈ 5 MB)
 #
 # Results (the results dir as a tarball, logs) go to $OUT when it is set.
 set -euo pipefail
@@ -74,5 +77,5 @@ print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])
     rc=$?
     set -e
     exit "$rc" ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac
