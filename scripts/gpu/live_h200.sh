@@ -77,5 +77,5 @@ print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])
     rc=$?
     set -e
     exit "$rc" ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
