@@ -52,7 +52,7 @@ def target(tmp_path):
 
 
 def inventory(tmp_path: Path, target, **over) -> Path:
-    entry = {"kind": "slurm", "workdir": str(tmp_path / "shared"), "repo": str(target.repo),
+    entry = {"kind": "slurm", "workdir": str(tmp_path / "nfs"), "repo": str(target.repo),
              "python": str(target.python), "gpus_per_node": 8, "arch": "sm90", "poll": 0.3, "partition": "gpu"}
     entry.update(over)
     f = tmp_path / "hosts.yaml"
@@ -96,7 +96,7 @@ def read_until(proc: subprocess.Popen, needle: str, seen: list[str]) -> None:
 
 def benchmarking_jobs(tmp_path: Path) -> list[Path]:
     """Event files (on the shared storage) of the jobs whose agent has started measuring."""
-    return [f for f in (tmp_path / "shared" / "jobs").glob("*/*/events.jsonl") if '"bench-start"' in f.read_text()]
+    return [f for f in (tmp_path / "nfs" / "jobs").glob("*/*/events.jsonl") if '"bench-start"' in f.read_text()]
 
 
 def wait_for_benchmarks(tmp_path: Path, count: int) -> list[Path]:
@@ -159,7 +159,7 @@ def test_a_sim_sweep_through_slurm_gives_the_same_table_as_over_ssh_one_job_per_
     assert len({r.slurm["job_id"] for r in ran}) == len(ran), "each attempt is its own job"
     # The queue's own word on when each job ran: never two at once on one repo (the singleton dependency).
     rows = cluster.run("squeue", "-h", "--states=all", "-o", "%i|%S|%e|%Z").splitlines()
-    spans = sorted((s, e) for i, s, e, wd in (r.split("|", 3) for r in rows) if wd.startswith(str(tmp_path / "shared")))
+    spans = sorted((s, e) for i, s, e, wd in (r.split("|", 3) for r in rows) if wd.startswith(str(tmp_path / "nfs")))
     assert len(spans) == len(ran)
     assert all(prev_end <= nxt_start for (_, prev_end), (nxt_start, _) in zip(spans, spans[1:]))
     assert tree_snapshot(target.repo) == before
