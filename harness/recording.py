@@ -34,7 +34,8 @@ class AgentReport:
     cancel: threading.Event | None = None
     secrets: list[str] = field(default_factory=list)
     stage: str | None = None  # the agent's current stage
-    job: dict[str, Any] | None = None  # a Slurm job's facts (JobState events)
+    job: SlurmJob | None = None  # a Slurm job's facts (JobState events), as the record keeps them
+    job_submitted: float = 0.0  # when the job was submitted (this machine's clock)
     # Called after each benchmark result and stage change: keeps what arrived on disk before the final report.
     checkpoint: Callable[[], None] | None = None
 
@@ -99,19 +100,11 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
         experiment_file=str(r.file.resolve()), server=server, changed_paths=final.get("changed_paths"),
         recovered=final.get("recovered"), abort_reason=final.get("abort_reason"), profile=profile,
-        slurm=_slurm_facts(follow.job), **facts,
+        slurm=follow.job, **facts,
     )
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_
     return record
-
-
-def _slurm_facts(job: dict[str, Any] | None) -> SlurmJob | None:
-    if not job:
-        return None
-    return SlurmJob(job_id=job["job_id"], state=job.get("state"), node=job.get("node"), reason=job.get("reason"),
-                    queued_s=job.get("queued_s"), requeued=job.get("requeued", 0),
-                    login_lost_s=job.get("login_lost_s"), agent_start_s=job.get("agent_start_s"))
 
 
 def bench_complete(spec: Spec, follow: AgentReport) -> bool:

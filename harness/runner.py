@@ -37,7 +37,7 @@ from .protocol import (
 from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
 from .results import ResultsStore
-from .schemas import Record, SweepAttempt
+from .schemas import Record, SlurmJob, SweepAttempt
 from .shipping import ensure_agent
 from .slurm import JobInfo, describe
 from .spec import build_spec
@@ -309,11 +309,11 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
             follow.bench_rows.clear()
             follow.live_verdict = None
             if follow.job is not None:
-                follow.job["requeued"] = follow.job.get("requeued", 0) + 1
+                follow.job.requeued += 1
             reporter.note(label, f"the job was requeued; it runs again from the start on {ev.hostname}")
         follow.hello = ev.to_dict()
-        if follow.job is not None and "agent_start_s" not in follow.job:
-            follow.job["agent_start_s"] = round(ev.host_time - follow.job["submitted"], 3)
+        if follow.job is not None and follow.job.agent_start_s is None:
+            follow.job.agent_start_s = round(ev.host_time - follow.job_submitted, 3)
         if not is_local:  # same clock when local; else measure the offset with one round trip
             follow.ping_sent = time.time()
             proc.write(b'{"cmd": "ping", "echo": 1}\n')
@@ -342,7 +342,7 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
     elif isinstance(ev, PreflightWarning):
         reporter.note(label, "runs although it cannot work here (expect: crash): " + "; ".join(ev.problems))
     elif isinstance(ev, JobState):
-        follow.job = _job_summary(follow.job, ev)
+        _note_job_state(follow, ev)
         if ev.note:
             reporter.note(label, ev.note)
         else:
@@ -354,18 +354,20 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
     return False
 
 
-def _job_summary(before: dict[str, Any] | None, ev: JobState) -> dict[str, Any]:
-    """The record's `slurm` facts: the job, where it ran, how it ended, how often it was requeued, and how
-    long it waited in the queue (submission to start, by this machine's clock)."""
-    job = dict(before or {"job_id": ev.job_id, "submitted": ev.t, "requeued": 0})
-    if ev.state == "RUNNING" and job.get("state") != "RUNNING":
-        job.setdefault("queued_s", round(ev.t - job["submitted"], 3))
-    job.update(state=ev.state, node=ev.node or job.get("node"))
-    if ev.login_lost_s:
-        job["login_lost_s"] = ev.login_lost_s
-    if ev.reason:
-        job["reason"] = ev.reason
-    return job
+def _note_job_state(follow: AgentReport, ev: JobState) -> None:
+    """The record's `slurm` facts: the job, where it ran, its last state (and PENDING reason), and how long it
+    waited in the queue (submission to RUNNING, by this machine's clock)."""
+    if follow.job is None:
+        # Every field given, so the record lists each one (a record leaves out what was never set).
+        follow.job = SlurmJob(job_id=ev.job_id, state=None, node=None, reason=None, queued_s=None,
+                              agent_start_s=None, requeued=0, login_lost_s=None)
+        follow.job_submitted = ev.t
+    job = follow.job
+    if ev.state == "RUNNING" and job.state != "RUNNING" and job.queued_s is None:
+        job.queued_s = round(ev.t - follow.job_submitted, 3)
+    job.state, job.node = ev.state, ev.node or job.node
+    job.reason = ev.reason or job.reason
+    job.login_lost_s = ev.login_lost_s or job.login_lost_s
 
 
 def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
