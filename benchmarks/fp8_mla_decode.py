@@ -163,22 +163,35 @@ def random_fp8(tokens: int, device: torch.device) -> torch.Tensor:
     return raw.view(torch.float8_e4m3fn)
 
 
-def make_case(heads: int, batch: int, context: int, device: torch.device, layers: int | None = None) -> Case:
+def make_case(heads: int, batch: int, context: int, device: torch.device, layers: int | None = None,
+              page: int = 1) -> Case:
     """Random pool and rows. Distinct slots per layer while they fit under MAX_POOL_TOKENS; past
-    that (batch * context > 3.7M tokens) rows share slots, as requests sharing a prefix do."""
+    that (batch * context > 3.7M tokens) rows share slots, as requests sharing a prefix do.
+
+    ``page`` > 1: a row's tokens lie in random whole pages of ``page`` consecutive slots (the
+    layout of a paged cache such as FlashMLA's page 64); ``block_tables`` then holds the pages
+    and ``indices`` the same slots one by one, so both kinds of kernel read identical bytes."""
     per_layer = batch * context
     if layers is None:
         layers = max(1, min(MAX_LAYERS, math.ceil(L2_FLUSH_BYTES / (per_layer * D_KV))))
     pool_tokens = min(MAX_POOL_TOKENS, max(SEED_POOL_TOKENS, layers * per_layer))
+    pool_tokens -= pool_tokens % page
     pool = random_fp8(pool_tokens, device)
-    needed = layers * per_layer
-    perms = [torch.randperm(pool_tokens, device=device).to(torch.int32)
-             for _ in range(math.ceil(needed / pool_tokens))]
-    slots = torch.cat(perms)[:needed]
-    indices = list(slots.view(layers, per_layer))
+    needed = layers * per_layer // page
+    units = pool_tokens // page
+    perms = [torch.randperm(units, device=device).to(torch.int32) for _ in range(math.ceil(needed / units))]
+    picked = torch.cat(perms)[:needed].view(layers, batch, context // page)
+    if page > 1:
+        slots = (picked[..., None] * page + torch.arange(page, dtype=torch.int32, device=device)).view(layers, -1)
+    else:
+        slots = picked.view(layers, -1)
+    indices = list(slots)
     indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=device) * context
     q = torch.randn(batch, heads, D_KV, dtype=torch.bfloat16, device=device)
-    return Case(heads, batch, context, layers, pool, indptr, indices, q)
+    case = Case(heads, batch, context, layers, pool, indptr, indices, q)
+    case.block_tables = list(picked) if page > 1 else None
+    case.page = page
+    return case
 
 
 # ----------------------------------------------------------------------------------------------

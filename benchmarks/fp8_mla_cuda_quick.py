@@ -1,0 +1,137 @@
+"""Quick GPU check of the CUDA FP8 MLA path: correctness on a few shapes, timing vs the Triton path,
+host time of an eager call. Usage: python benchmarks/fp8_mla_cuda_quick.py [--shapes HxBxC,...]"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fp8_mla_decode import SM_SCALE, make_case, time_graph  # noqa: E402
+
+from kernels import fp8_mla_decode_cuda as cu  # noqa: E402
+from kernels.fp8_mla_decode import D_KV, D_NOPE, mla_decode, reference_mla_decode  # noqa: E402
+
+
+def check(lens, heads, seed, k_scale=1.0, v_scale=1.0, ts=False, splits=None, stages=2):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    total = sum(lens)
+    pool_n = total + 100
+    pool = (torch.randn(pool_n, 1, D_KV, generator=g) * 0.6).to(torch.float8_e4m3fn)
+    used = torch.randperm(pool_n, generator=g)[:total]
+    poison = torch.ones(pool_n, dtype=torch.bool)
+    poison[used] = False
+    pool.view(torch.uint8)[poison] = 0x7F
+    indptr = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+    q = torch.randn(len(lens), heads, D_KV, generator=g).to(torch.bfloat16)
+    tsc = (torch.rand(pool_n, generator=g) + 0.5) if ts else None
+    pool, indptr, idx, q = pool.cuda(), indptr.cuda(), used.int().cuda(), q.cuda()
+    tsc = tsc.cuda() if ts else None
+    ref = reference_mla_decode(q, pool, indptr, idx, SM_SCALE, k_scale, v_scale, tsc)
+    out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device="cuda")
+    cu.mla_decode_cuda(q[..., :D_NOPE], q[..., D_NOPE:], pool.view(pool_n, D_KV), indptr, idx, SM_SCALE,
+                       k_scale, v_scale, tsc, out, cu.CudaConfig(stages=stages), splits)
+    torch.cuda.synchronize()
+    nan = torch.isnan(out).any().item()
+    rel = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    return rel, nan
+
+
+def host_us(case, n=200):
+    out = torch.empty(case.batch, case.heads, D_NOPE, dtype=torch.bfloat16, device="cuda")
+    qn, qr = case.q[..., :D_NOPE], case.q[..., D_NOPE:]
+    idx = case.indices[0]
+    for _ in range(5):
+        mla_decode(qn, qr, case.pool, case.indptr, idx, SM_SCALE, out=out)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        mla_decode(qn, qr, case.pool, case.indptr, idx, SM_SCALE, out=out)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    from kernels.fp8_mla_decode import _check_inputs
+    t2 = time.perf_counter()
+    for _ in range(n):
+        _check_inputs(qn, qr, case.pool, case.indptr, idx)
+    t3 = time.perf_counter()
+    for _ in range(n):
+        cu.mla_decode_cuda(qn, qr, case.pool, case.indptr, idx, SM_SCALE, 1.0, 1.0, None, out)
+    t4 = time.perf_counter()
+    torch.cuda.synchronize()
+    print(f"host us: full {(t1 - t0) / n * 1e6:.1f} check {(t3 - t2) / n * 1e6:.1f} cuda-call {(t4 - t3) / n * 1e6:.1f}")
+    return (t1 - t0) / n * 1e6
+
+
+def time_shape(h, b, c, page, args):
+    case = make_case(h, b, c, torch.device("cuda"), page=page)
+    row = dict(heads=h, batch=b, context=c, page=page)
+    out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device="cuda")
+    qn, qr = case.q[..., :D_NOPE], case.q[..., D_NOPE:]
+    runs = [("triton", "triton", 2, ())] + [(f"cuda-s{s}", "cuda", int(s), ()) for s in args.stages.split(",")]
+    runs += [(f"cuda-{v}", "cuda", 2, tuple(v.split("+"))) for v in args.variants.split(",") if v]
+    runs += [(f"cuda-splits{n}", "cuda", 2, ("SPLITS", n)) for n in args.splits.split(",") if n]
+    for name, impl, stages, defs in runs:
+        nsplit = None
+        if defs and defs[0] == "SPLITS":
+            nsplit, defs = int(defs[1]), ()
+        if impl == "cuda":
+            cfg = cu.CudaConfig(stages=stages, ctas_per_sm=2 if stages == 2 else 1, defines=defs)
+
+            def step(cfg=cfg, nsplit=nsplit):
+                for idx in case.indices:
+                    cu.mla_decode_cuda(qn, qr, case.pool, case.indptr, idx, SM_SCALE, 1.0, 1.0, None, out, cfg, nsplit)
+                return out
+        else:
+            def step():
+                for idx in case.indices:
+                    mla_decode(qn, qr, case.pool, case.indptr, idx, SM_SCALE, out=out, impl="triton")
+                return out
+        us = time_graph(step) / case.layers
+        row[name] = round(us, 2)
+        row[name + "_tbps"] = round(case.kv_bytes / us / 1e6, 3)
+    row["host_us_eager"] = round(host_us(case), 1)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="16x64x8192,8x64x32768,16x64x32768,8x8x2048,16x8x8192,16x1x131072,8x128x8192,64x8x8192,128x64x8192")
+    ap.add_argument("--stages", default="2")
+    ap.add_argument("--pages", default="1")
+    ap.add_argument("--splits", default="")
+    ap.add_argument("--variants", default="", help="comma list of define sets joined by +, e.g. SKIP_QK,SKIP_PV")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    res = {"correct": [], "timing": []}
+    cases = [([1, 0, 37, 64, 65, 1000], 16, 1), ([3000, 5, 129], 8, 2), ([70000], 16, 3), ([200] * 9, 64, 4),
+             ([513, 1024], 128, 5)]
+    for lens, heads, seed in cases:
+        for splits in (None, 1, 7):
+            rel, nan = check(lens, heads, seed, splits=splits)
+            res["correct"].append(dict(lens=lens[:4], heads=heads, splits=splits, rel=rel, nan=nan))
+            print("check", heads, lens[:4], splits, f"{rel:.2e}", "NaN!" if nan else "", flush=True)
+    rel, nan = check([700, 3], 16, 9, k_scale=torch.tensor([0.5], device="cuda"), v_scale=2.0, ts=True)
+    print("check scales", f"{rel:.2e}", nan, flush=True)
+    res["correct"].append(dict(scales=True, rel=rel, nan=nan))
+    for st in [int(s) for s in args.stages.split(",")]:
+        if st != 2:
+            rel, nan = check([5000, 77], 16, 11, stages=st)
+            print("check stages", st, f"{rel:.2e}", nan)
+    for shape in args.shapes.split(","):
+        h, b, c = map(int, shape.split("x"))
+        for page in [int(p) for p in args.pages.split(",")]:
+            res["timing"].append(time_shape(h, b, c, page, args))
+            torch.cuda.empty_cache()
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,832 @@
+"""The SM90 path of the FP8 MLA decode: CUDA C++ compiled at first use with NVRTC, launched by ctypes.
+
+Same function and layout as :mod:`kernels.fp8_mla_decode` (whose ``mla_decode`` calls this one on
+Hopper): one 576-byte e4m3 row per token (512 latent + 64 rope), page size 1, rows picked by
+``kv_indptr``/``kv_indices``. Why a second kernel: Triton 3.6 gathers the FP8 V operand from shared
+memory a byte at a time (the results file has the SASS), and there is no way to tell it otherwise.
+Here the shared-memory layout and every operand register are explicit:
+
+- One CTA = 4 warps = one (head tile of 16, KV split, batch row). The KV rows of a 64-token stage
+  are gathered with ``cp.async`` (16-byte pieces, 2 stages, up to 2 CTAs per SM), the latent part
+  XOR-swizzled by 16-byte chunk so that both reads below are free of bank conflicts.
+- Q.K^T (``mma.sync`` m16n8k16, FP16 in, FP32 out; each warp 16 tokens): the contraction order over
+  the 576 channels is free, so each thread reads 16 *consecutive* bytes of its token's row
+  (one ``LDS.128``) and uses 4 of them per MMA; Q is stored in shared memory once per CTA, already
+  permuted to the same order. No byte loads, no transposes.
+- P.V (each warp 128 of the 512 output channels): the contraction runs over tokens, which the rows
+  do not hold contiguously. Each thread reads 16 consecutive bytes of 4 token rows and pairs the
+  bytes of two tokens with ``PRMT``; the output-channel order is permuted instead (thread column g
+  of n-tile j is channel 16 g + j) and undone when the tile is written.
+- e4m3 -> f16 is one ``cvt.rn.f16x2.e4m3x2`` per pair and exact; Q is pre-scaled by
+  ``sm_scale * k_scale * log2(e)`` (FP16, as in the Triton kernel), P is FP16, sums are FP32.
+- Split partials (FP32 + log2-sum-exp) are merged by a second small kernel; one split writes the
+  BF16 output directly.
+
+Host side (the eager-call budget is ~20 us): compiled modules, functions and the split workspace
+are cached per device; arguments are packed into a reused ctypes block; no allocation (besides the
+output when none is given) and no device sync per call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+import torch
+
+D_NOPE = 512
+D_ROPE = 64
+D_KV = D_NOPE + D_ROPE
+LOG2E = 1.4426950408889634
+BLOCK_N = 64  # tokens per pipeline stage (4 warps x 16)
+HEAD_TILE = 16  # heads per CTA (the MMA's M); 8 heads are padded
+
+CUDA_SOURCE = r"""
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef long long i64;
+
+#ifndef STAGES
+#define STAGES 2
+#endif
+#define NW 4
+#define THREADS (NW * 32)
+#define BLOCK_N 64
+#define ROW 576
+#define NOPE_CHUNKS 32   /* 16-byte chunks of the latent part of a row */
+#define ALL_CHUNKS 36
+#define KSTEPS 36        /* 576 / 16 */
+
+/* Shared-memory map (bytes): [nope stages][rope stages][Q][P][row offsets][token scales][reductions] */
+#define SM_NOPE 0
+#define SM_ROPE (SM_NOPE + STAGES * BLOCK_N * 512)
+#define SM_Q (SM_ROPE + STAGES * BLOCK_N * 64)
+#define SM_P (SM_Q + KSTEPS * 512)
+#define SM_IDX (SM_P + 16 * BLOCK_N * 2)
+#define SM_TS (SM_IDX + STAGES * BLOCK_N * 8)
+#define SM_RED (SM_TS + STAGES * BLOCK_N * 4)
+#define SM_TOTAL (SM_RED + 2 * NW * 16 * 4)
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 r;
+  asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u32 two_bytes) {
+  u32 r;
+  u16 h = (u16)two_bytes;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(h));
+  return r;
+}
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& a0, u32& a1, u32& a2, u32& a3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(addr));
+}
+__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float q_to_float(u16 v) {
+#ifdef Q_FP16
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f;
+#else
+  return __uint_as_float(((u32)v) << 16);
+#endif
+}
+__device__ __forceinline__ u16 float_to_out(float f) {
+  u16 r;
+#ifdef Q_FP16
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+#else
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+#endif
+  return r;
+}
+
+/* XOR swizzle of the latent part's 16-byte chunks by row, chosen so that the Q.K^T reads (rows g,
+   g+1 x 4 consecutive chunks per 8 lanes) and the P.V reads (rows 2t, 2t+2, .. x 2 chunks per 8
+   lanes) both hit 8 distinct 4-bank groups. */
+__device__ __forceinline__ int swz(int row) { return ((row & 1) << 2) ^ (((row >> 1) & 3) << 1); }
+
+/* The split's token range, the same arithmetic in the split and the merge kernels. */
+__device__ __forceinline__ int split_chunk(int seq_len, int num_splits, int min_chunk) {
+  int per = (seq_len + num_splits - 1) / num_splits;
+  int chunk = (per + BLOCK_N - 1) / BLOCK_N * BLOCK_N;
+  return chunk > min_chunk ? chunk : min_chunk;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, const u8* __restrict__ kv,
+              const int* __restrict__ indptr, const int* __restrict__ indices,
+              const float* __restrict__ token_scale, const float* __restrict__ k_scale_ptr,
+              float* __restrict__ mid_o, float* __restrict__ mid_lse, u16* __restrict__ out,
+              float qk_scale, float v_scale, int min_chunk, int num_heads,
+              i64 s_qn_b, i64 s_qn_h, i64 s_qr_b, i64 s_qr_h, i64 s_kv, i64 s_o_b, i64 s_o_h)
+{
+  extern __shared__ __align__(128) u8 smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int head0 = blockIdx.x * 16;
+  const int split = blockIdx.y, num_splits = gridDim.y;
+  const int b = blockIdx.z;
+
+  const int row_start = indptr[b];
+  const int seq_len = indptr[b + 1] - row_start;
+  const int chunk = split_chunk(seq_len, num_splits, min_chunk);
+  const int lo = split * chunk;
+  const int hi = min(lo + chunk, seq_len);
+  const bool write_out = num_splits == 1;
+  const i64 ml_base = ((i64)b * num_heads + head0) * num_splits + split;  /* + h * num_splits */
+
+  if (lo >= hi) {  /* an empty split: only its "nothing here" marker (or zeros for an empty row) */
+    if (write_out) {
+      for (int i = tid; i < 16 * D_NOPE_; i += THREADS) {
+        int h = i / D_NOPE_, c = i % D_NOPE_;
+        if (head0 + h < num_heads) out[b * s_o_b + (head0 + h) * s_o_h + c] = 0;
+      }
+    } else if (tid < 16 && head0 + tid < num_heads) {
+      mid_lse[ml_base + (i64)tid * num_splits] = -__int_as_float(0x7f800000);
+    }
+    return;
+  }
+  const int n_steps = (hi - lo + BLOCK_N - 1) / BLOCK_N;
+  const int* rows = indices + row_start;
+  const bool has_ts = token_scale != nullptr;
+
+  i64* s_idx = (i64*)(smem + SM_IDX);
+  float* s_ts = (float*)(smem + SM_TS);
+  float* red_max = (float*)(smem + SM_RED);
+  float* red_sum = red_max + NW * 16;
+
+  /* Row offsets (and token scales) of a stage go through shared memory, loaded one stage early
+     into a register by threads 0..63, so the copy issue never waits on an index load. */
+  auto idx_of = [&](int step) -> int {  /* pool row of this thread's token in `step`, or -1 */
+    int tok = lo + step * BLOCK_N + tid;
+    return (tid < BLOCK_N && step < n_steps && tok < hi) ? rows[tok] : -1;
+  };
+  auto publish = [&](int step, int r) {
+    if (tid < BLOCK_N) {
+      s_idx[(step % STAGES) * BLOCK_N + tid] = r < 0 ? (i64)-1 : (i64)r * s_kv;
+      if (has_ts) s_ts[(step % STAGES) * BLOCK_N + tid] = r < 0 ? 0.f : token_scale[r];
+    }
+  };
+  auto issue = [&](int step) {
+    if (step < n_steps) {
+      const int slot = step % STAGES;
+      const u32 nope = smem_addr(smem + SM_NOPE + slot * BLOCK_N * 512);
+      const u32 rope = smem_addr(smem + SM_ROPE + slot * BLOCK_N * 64);
+#pragma unroll
+      for (int it = 0; it < BLOCK_N * ALL_CHUNKS / THREADS; ++it) {
+        const int i = it * THREADS + tid;
+        const int tok = i / ALL_CHUNKS, c = i % ALL_CHUNKS;
+        const i64 off = s_idx[slot * BLOCK_N + tok];
+        const u8* src = kv + (off < 0 ? 0 : off) + c * 16;
+        const int bytes = off < 0 ? 0 : 16;  /* past the end: zero-fill (never a stale or NaN row) */
+        const u32 dst = c < NOPE_CHUNKS ? nope + tok * 512 + ((c ^ swz(tok)) << 4)
+                                        : rope + tok * 64 + ((c - NOPE_CHUNKS) << 4);
+        cp_async16(dst, src, bytes);
+      }
+    }
+    cp_commit();  /* always, so that group counting stays uniform */
+  };
+
+  /* Prologue: indices of the first STAGES-1 steps, then their copies, then Q. */
+  for (int s = 0; s < STAGES - 1; ++s) publish(s, idx_of(s));
+  int next_idx = idx_of(STAGES - 1);
+  __syncthreads();
+  for (int s = 0; s < STAGES - 1; ++s) issue(s);
+
+  /* Q: pre-scaled, FP16, in MMA order. K-step ks = 4 c + s covers channels 64 c + 16 j + 4 s + e
+     (j = 0..3, e = 0..3); logical k (0..15) of the MMA = 8 * (e >> 1) + 2 j + (e & 1). Stored as
+     [ks][k half][head][8 halves] so one ldmatrix.x4 yields the A fragment. Read as 16-byte pieces
+     (8 channels: two values of s), all 9 per thread in flight at once. */
+  {
+    const float scale = qk_scale * (k_scale_ptr != nullptr ? *k_scale_ptr : 1.f);
+    u32* qs = (u32*)(smem + SM_Q);
+    uint4 raw[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {  /* 16 heads x 72 pieces = 1152 = 9 x 128 */
+      const int r = i * THREADS + tid, h = r / 72, p8 = (r % 72) * 8;
+      raw[i] = make_uint4(0, 0, 0, 0);
+      if (head0 + h < num_heads)
+        raw[i] = p8 < 512 ? *(const uint4*)(q_nope + b * s_qn_b + (head0 + h) * s_qn_h + p8)
+                          : *(const uint4*)(q_rope + b * s_qr_b + (head0 + h) * s_qr_h + (p8 - 512));
+    }
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+      const int r = i * THREADS + tid, h = r / 72, p8 = (r % 72) * 8;
+      const int c = p8 >> 6, j = (p8 >> 4) & 3, s0 = (p8 >> 2) & 3;  /* s0 is even: s0, s0 + 1 */
+      const u32 w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  /* word k = channels p8 + 2k, +1: s = s0 + k / 2, khalf = k % 2 */
+        const int ks = 4 * c + s0 + (k >> 1), khalf = k & 1;
+        const float v0 = q_to_float((u16)w[k]) * scale, v1 = q_to_float((u16)(w[k] >> 16)) * scale;
+        qs[((ks * 2 + khalf) * 16 + h) * 4 + j] = pack_f16x2(v0, v1);
+      }
+    }
+  }
+
+  float oacc[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) oacc[j][0] = oacc[j][1] = oacc[j][2] = oacc[j][3] = 0.f;
+  float m_run[2] = {-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)};
+  float l_run[2] = {0.f, 0.f};
+
+  const u32 q_base = smem_addr(smem + SM_Q) + (((lane >> 4) & 1) * 256) + ((lane & 7) + ((lane >> 3) & 1) * 8) * 16;
+  u16* ps = (u16*)(smem + SM_P);
+  const u32 p_base = smem_addr(ps);
+
+  for (int step = 0; step < n_steps; ++step) {
+    const int slot = step % STAGES;
+    cp_wait<STAGES - 2>();
+    publish(step + STAGES - 1, next_idx);
+    next_idx = idx_of(step + STAGES);
+    __syncthreads();  /* stage `step` landed for everyone; the slot of step-1 is free again */
+    issue(step + STAGES - 1);
+
+    const u8* nope = smem + SM_NOPE + slot * BLOCK_N * 512;
+    const u8* rope = smem + SM_ROPE + slot * BLOCK_N * 64;
+
+    /* ---- S = Q K^T for this warp's 16 tokens (two n-tiles of 8) ---- */
+    float sacc[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.f;
+#pragma unroll
+    for (int c = 0; c < 9; ++c) {
+      uint4 kb[2];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int tok = warp * 16 + nt * 8 + g;
+        kb[nt] = c < 8 ? *(const uint4*)(nope + tok * 512 + (((4 * c + t) ^ swz(tok)) << 4))
+                       : *(const uint4*)(rope + tok * 64 + (t << 4));
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        u32 a0, a1, a2, a3;
+        ldmatrix_x4(q_base + (4 * c + s) * 512, a0, a1, a2, a3);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const u32 w = s == 0 ? kb[nt].x : s == 1 ? kb[nt].y : s == 2 ? kb[nt].z : kb[nt].w;
+#ifndef SKIP_QK
+          mma16816(sacc[nt], a0, a1, a2, a3, e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
+#else
+          sacc[nt][0] += __uint_as_float(w & 0x3f003f00) + __uint_as_float(a0 & 0x3f003f00);
+#endif
+        }
+      }
+    }
+
+    /* ---- online softmax across the 4 warps (rows g and g+8 of this thread) ---- */
+    const int tok_base = lo + step * BLOCK_N + warp * 16;
+    float tsv[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int k = nt * 8 + 2 * t + e;
+        const bool live = tok_base + k < hi;
+        const float ts = has_ts ? s_ts[slot * BLOCK_N + warp * 16 + k] : 1.f;
+        tsv[nt][e] = ts;
+        sacc[nt][e] = live ? sacc[nt][e] * ts : -__int_as_float(0x7f800000);
+        sacc[nt][2 + e] = live ? sacc[nt][2 + e] * ts : -__int_as_float(0x7f800000);
+      }
+    float mx[2];
+    mx[0] = fmaxf(fmaxf(sacc[0][0], sacc[0][1]), fmaxf(sacc[1][0], sacc[1][1]));
+    mx[1] = fmaxf(fmaxf(sacc[0][2], sacc[0][3]), fmaxf(sacc[1][2], sacc[1][3]));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 2));
+    }
+    if (t == 0) { red_max[warp * 16 + g] = mx[0]; red_max[warp * 16 + g + 8] = mx[1]; }
+    __syncthreads();
+    float m_new[2], alpha[2], sum[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float m = m_run[r];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) m = fmaxf(m, red_max[w * 16 + g + 8 * r]);
+      m_new[r] = m;  /* finite: every step has a live token */
+      alpha[r] = fast_exp2(m_run[r] - m);
+      m_run[r] = m;
+      sum[r] = 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = fast_exp2(sacc[nt][e] - m_new[e >> 1]);
+        sum[e >> 1] += p[e];
+      }
+      /* P (with the token scale folded in: V_t = ts_t v8_t) to shared memory, rows swizzled. */
+      const int chunk16 = (warp * 2 + nt) ^ (g & 7);
+      *(u32*)((u8*)ps + g * 128 + chunk16 * 16 + t * 4) = pack_f16x2(p[0] * tsv[nt][0], p[1] * tsv[nt][1]);
+      *(u32*)((u8*)ps + (g + 8) * 128 + chunk16 * 16 + t * 4) = pack_f16x2(p[2] * tsv[nt][0], p[3] * tsv[nt][1]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(0xffffffff, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffff, sum[r], 2);
+    }
+    if (t == 0) { red_sum[warp * 16 + g] = sum[0]; red_sum[warp * 16 + g + 8] = sum[1]; }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float s = 0.f;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) s += red_sum[w * 16 + g + 8 * r];
+      l_run[r] = l_run[r] * alpha[r] + s;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      oacc[j][0] *= alpha[0]; oacc[j][1] *= alpha[0];
+      oacc[j][2] *= alpha[1]; oacc[j][3] *= alpha[1];
+    }
+
+    /* ---- O += P V for this warp's 128 channels; n-tile j, column g = channel 128 w + 16 g + j ---- */
+#ifndef SKIP_PV
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq) {
+      u32 a0, a1, a2, a3;
+      {
+        const int h = (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int ck = 2 * kq + (lane >> 4);
+        ldmatrix_x4(p_base + h * 128 + ((ck ^ (h & 7)) << 4), a0, a1, a2, a3);
+      }
+      const int r0 = kq * 16 + 2 * t;
+      const int cw = warp * 8 + g;
+      const uint4 v0 = *(const uint4*)(nope + r0 * 512 + ((cw ^ swz(r0)) << 4));
+      const uint4 v1 = *(const uint4*)(nope + (r0 + 1) * 512 + ((cw ^ swz(r0 + 1)) << 4));
+      const uint4 v8 = *(const uint4*)(nope + (r0 + 8) * 512 + ((cw ^ swz(r0 + 8)) << 4));
+      const uint4 v9 = *(const uint4*)(nope + (r0 + 9) * 512 + ((cw ^ swz(r0 + 9)) << 4));
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const u32 x0 = q == 0 ? v0.x : q == 1 ? v0.y : q == 2 ? v0.z : v0.w;
+        const u32 x1 = q == 0 ? v1.x : q == 1 ? v1.y : q == 2 ? v1.z : v1.w;
+        const u32 x8 = q == 0 ? v8.x : q == 1 ? v8.y : q == 2 ? v8.z : v8.w;
+        const u32 x9 = q == 0 ? v9.x : q == 1 ? v9.y : q == 2 ? v9.z : v9.w;
+        const u32 lo01 = prmt(x0, x1, 0x5140), hi01 = prmt(x0, x1, 0x7362);
+        const u32 lo89 = prmt(x8, x9, 0x5140), hi89 = prmt(x8, x9, 0x7362);
+        mma16816(oacc[4 * q + 0], a0, a1, a2, a3, e4m3x2_to_f16x2(lo01), e4m3x2_to_f16x2(lo89));
+        mma16816(oacc[4 * q + 1], a0, a1, a2, a3, e4m3x2_to_f16x2(lo01 >> 16), e4m3x2_to_f16x2(lo89 >> 16));
+        mma16816(oacc[4 * q + 2], a0, a1, a2, a3, e4m3x2_to_f16x2(hi01), e4m3x2_to_f16x2(hi89));
+        mma16816(oacc[4 * q + 3], a0, a1, a2, a3, e4m3x2_to_f16x2(hi01 >> 16), e4m3x2_to_f16x2(hi89 >> 16));
+      }
+    }
+#endif
+  }
+  cp_wait<0>();
+  __syncthreads();  /* the KV stages are reused below to stage the output */
+
+  /* ---- epilogue: O / l through shared memory (fp32 [16][512]) for coalesced stores ---- */
+  float* o_s = (float*)smem;
+  float inv_l[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) inv_l[r] = (l_run[r] > 0.f ? 1.f / l_run[r] : 0.f) * (write_out ? v_scale : 1.f);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int c0 = warp * 128 + 16 * (2 * t) + j, c1 = c0 + 16;
+    o_s[g * 512 + c0] = oacc[j][0] * inv_l[0];
+    o_s[g * 512 + c1] = oacc[j][1] * inv_l[0];
+    o_s[(g + 8) * 512 + c0] = oacc[j][2] * inv_l[1];
+    o_s[(g + 8) * 512 + c1] = oacc[j][3] * inv_l[1];
+  }
+  if (t == 0 && !write_out) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = g + 8 * r;
+      if (warp == 0 && head0 + h < num_heads)
+        mid_lse[ml_base + (i64)h * num_splits] = m_run[r] + __log2f(l_run[r]);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < 16 * 128; i += THREADS) {  /* 16 heads x 128 float4 */
+    const int h = i >> 7, c4 = (i & 127) * 4;
+    if (head0 + h >= num_heads) continue;
+    const float4 v = *(const float4*)(o_s + h * 512 + c4);
+    if (write_out) {
+      u16* dst = out + b * s_o_b + (head0 + h) * s_o_h + c4;
+      uint2 pk;
+      pk.x = (u32)float_to_out(v.x) | ((u32)float_to_out(v.y) << 16);
+      pk.y = (u32)float_to_out(v.z) | ((u32)float_to_out(v.w) << 16);
+      *(uint2*)dst = pk;
+    } else {
+      *(float4*)(mid_o + (ml_base + (i64)h * num_splits) * 512 + c4) = v;
+    }
+  }
+}
+
+/* Log-sum-exp merge of the splits. CTA = (row, head) x a quarter of the channels (128); 8 warps,
+   warp w takes splits w, w + 8, ...; a lane a float4. Weights are computed once into shared memory
+   and the partial loads are unrolled, so many loads are in flight (the merge is what a small batch
+   waits on: 16 heads x 256 splits at batch 1). */
+#define MERGE_WARPS 8
+extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32)
+mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse, u16* __restrict__ out,
+              const int* __restrict__ indptr, float v_scale, int min_chunk, int num_heads, int num_splits,
+              i64 s_o_b, i64 s_o_h)
+{
+  __shared__ float w_s[512];
+  __shared__ float red[MERGE_WARPS][33];
+  __shared__ float4 acc_s[MERGE_WARPS][32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int b = blockIdx.x / num_heads, h = blockIdx.x % num_heads;
+  const int c4 = blockIdx.y * 128 + lane * 4;
+  const int seq_len = indptr[b + 1] - indptr[b];
+  const int chunk = split_chunk(seq_len, num_splits, min_chunk);
+  const int active = min((seq_len + chunk - 1) / chunk, num_splits);
+  const i64 base = ((i64)b * num_heads + h) * num_splits;
+  const float NEG_INF = -__int_as_float(0x7f800000);
+
+  float m = NEG_INF;
+  for (int s = tid; s < active; s += MERGE_WARPS * 32) { const float l = mid_lse[base + s]; w_s[s] = l; m = fmaxf(m, l); }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+  if (lane == 0) red[warp][32] = m;
+  __syncthreads();
+  m = NEG_INF;
+  for (int i = 0; i < MERGE_WARPS; ++i) m = fmaxf(m, red[i][32]);
+  float den = 0.f;
+  for (int s = tid; s < active; s += MERGE_WARPS * 32) {
+    const float l = w_s[s];
+    const float w = (l == NEG_INF || m == NEG_INF) ? 0.f : fast_exp2(l - m);
+    w_s[s] = w;
+    den += w;
+  }
+  for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffff, den, o);
+  __syncthreads();  /* all weights written; red[][32] read by everyone before reuse */
+  if (lane == 0) red[warp][0] = den;
+
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  int s = warp;
+  for (; s + 3 * MERGE_WARPS < active; s += 4 * MERGE_WARPS) {
+    float4 p[4];
+    float w[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      w[u] = w_s[s + u * MERGE_WARPS];
+      p[u] = w[u] > 0.f ? *(const float4*)(mid_o + (base + s + u * MERGE_WARPS) * 512 + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      acc.x += w[u] * p[u].x; acc.y += w[u] * p[u].y; acc.z += w[u] * p[u].z; acc.w += w[u] * p[u].w;
+    }
+  }
+  for (; s < active; s += MERGE_WARPS) {
+    const float w = w_s[s];
+    if (w > 0.f) {
+      const float4 p = *(const float4*)(mid_o + (base + s) * 512 + c4);
+      acc.x += w * p.x; acc.y += w * p.y; acc.z += w * p.z; acc.w += w * p.w;
+    }
+  }
+  acc_s[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    float denom = 0.f;
+    float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < MERGE_WARPS; ++i) {
+      denom += red[i][0];
+      const float4 a = acc_s[i][lane];
+      t.x += a.x; t.y += a.y; t.z += a.z; t.w += a.w;
+    }
+    const float k = denom > 0.f ? v_scale / denom : 0.f;
+    u16* dst = out + b * s_o_b + h * s_o_h + c4;
+    uint2 pk;
+    pk.x = (u32)float_to_out(t.x * k) | ((u32)float_to_out(t.y * k) << 16);
+    pk.y = (u32)float_to_out(t.z * k) | ((u32)float_to_out(t.w * k) << 16);
+    *(uint2*)dst = pk;
+  }
+}
+""".replace("D_NOPE_", "512")
+
+
+# ---------------------------------------------------------------------------------------------
+# NVRTC and the driver API, through ctypes (no build step, no extra package)
+
+
+class CudaKernelError(RuntimeError):
+    """The CUDA path could not be compiled or launched; the caller falls back to Triton."""
+
+
+def _candidates(names: list[str]) -> list[str]:
+    found = []
+    env = os.environ.get("FP8_MLA_NVRTC")
+    if env:
+        found.append(env)
+    for base in sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cu12/lib"):
+            for name in names:
+                found.extend(sorted(glob.glob(os.path.join(base, sub, name))))
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            for name in names:
+                found.extend(sorted(glob.glob(os.path.join(home, "lib64", name))))
+    found.extend(names)
+    return found
+
+
+def _load_first(names: list[str], what: str) -> ctypes.CDLL:
+    errors = []
+    for cand in _candidates(names):
+        try:
+            return ctypes.CDLL(cand)
+        except OSError as e:
+            errors.append(str(e))
+    raise CudaKernelError(f"cannot load {what} (tried {', '.join(names)}): {errors[-1] if errors else ''}")
+
+
+class _Nvrtc:
+    def __init__(self) -> None:
+        self.lib = _load_first(["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"], "NVRTC")
+        # NVRTC dlopens its builtins library by name at compile time; a pip-installed NVRTC is not
+        # on the loader path, so load the one beside it first (the name then resolves to it).
+        here = os.path.dirname(getattr(self.lib, "_name", "") or "")
+        for path in sorted(glob.glob(os.path.join(here, "libnvrtc-builtins.so*")) if here else []):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                break
+            except OSError:
+                continue
+
+    def compile(self, source: str, arch: str, options: list[str]) -> bytes:
+        lib = self.lib
+        prog = ctypes.c_void_p()
+        self._check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"fp8_mla_decode.cu",
+                                           0, None, None), "nvrtcCreateProgram")
+        try:
+            opts = [f"--gpu-architecture={arch}", "--std=c++17", *options]
+            arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+            rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+            self.last_log = self._log(prog)
+            if rc != 0:
+                raise CudaKernelError(f"NVRTC failed for {arch}:\n{self.last_log}")
+            size = ctypes.c_size_t()
+            self._check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+            buf = ctypes.create_string_buffer(size.value)
+            self._check(lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+            return buf.raw
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+    def _log(self, prog: ctypes.c_void_p) -> str:
+        size = ctypes.c_size_t()
+        self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        self.lib.nvrtcGetProgramLog(prog, buf)
+        return buf.value.decode(errors="replace")
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise CudaKernelError(f"{what} returned NVRTC error {rc}")
+
+
+class _Driver:
+    def __init__(self) -> None:
+        self.lib = _load_first(["libcuda.so.1", "libcuda.so"], "the CUDA driver")
+        self.lib.cuLaunchKernel.argtypes = [
+            ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+            ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.launch = self.lib.cuLaunchKernel
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            msg = ctypes.c_char_p()
+            self.lib.cuGetErrorString(rc, ctypes.byref(msg))
+            raise CudaKernelError(f"{what} failed: CUDA error {rc} ({(msg.value or b'?').decode()})")
+
+    def ensure_context(self, device: int) -> None:
+        """Make the device's primary context (the one torch uses) current on this thread."""
+        ctx = ctypes.c_void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        cur = ctypes.c_int(-1)
+        if ctx.value and self.lib.cuCtxGetDevice(ctypes.byref(cur)) == 0 and cur.value == device:
+            return
+        dev = ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+        primary = ctypes.c_void_p()
+        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(primary), dev), "cuDevicePrimaryCtxRetain")
+        self.check(self.lib.cuCtxSetCurrent(primary), "cuCtxSetCurrent")
+
+    def load(self, cubin: bytes, names: list[str]) -> dict[str, ctypes.c_void_p]:
+        mod = ctypes.c_void_p()
+        self.check(self.lib.cuModuleLoadData(ctypes.byref(mod), cubin), "cuModuleLoadData")
+        funcs = {}
+        for name in names:
+            f = ctypes.c_void_p()
+            self.check(self.lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), f"cuModuleGetFunction({name})")
+            funcs[name] = f
+        return funcs
+
+    def set_smem(self, func: ctypes.c_void_p, nbytes: int) -> None:
+        # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+        self.check(self.lib.cuFuncSetAttribute(func, 8, nbytes), "cuFuncSetAttribute")
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument blocks: one ctypes struct per kernel, reused; cuLaunchKernel reads it at launch.
+
+_P, _F, _I, _L = ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_longlong
+
+
+class _SplitArgs(ctypes.Structure):
+    _fields_ = [("q_nope", _P), ("q_rope", _P), ("kv", _P), ("indptr", _P), ("indices", _P),
+                ("token_scale", _P), ("k_scale", _P), ("mid_o", _P), ("mid_lse", _P), ("out", _P),
+                ("qk_scale", _F), ("v_scale", _F), ("min_chunk", _I), ("num_heads", _I),
+                ("s_qn_b", _L), ("s_qn_h", _L), ("s_qr_b", _L), ("s_qr_h", _L), ("s_kv", _L),
+                ("s_o_b", _L), ("s_o_h", _L)]
+
+
+class _MergeArgs(ctypes.Structure):
+    _fields_ = [("mid_o", _P), ("mid_lse", _P), ("out", _P), ("indptr", _P), ("v_scale", _F),
+                ("min_chunk", _I), ("num_heads", _I), ("num_splits", _I), ("s_o_b", _L), ("s_o_h", _L)]
+
+
+def _param_array(args: ctypes.Structure) -> ctypes.Array:
+    """The void** cuLaunchKernel wants: the address of each field of ``args``."""
+    base = ctypes.addressof(args)
+    ptrs = [base + getattr(type(args), name).offset for name, _ in args._fields_]
+    return (ctypes.c_void_p * len(ptrs))(*ptrs)
+
+
+@dataclass(frozen=True)
+class CudaConfig:
+    stages: int = 2
+    ctas_per_sm: int = 2  # what the split count aims at (2 fit with 2 stages: ~95 KB each)
+    min_chunk: int = BLOCK_N
+    defines: tuple[str, ...] = ()  # extra -D switches (experiments: SKIP_QK, SKIP_PV)
+
+
+_DEFAULT = CudaConfig()
+
+
+def _smem_bytes(stages: int) -> int:
+    nope, rope, q, p = stages * BLOCK_N * 512, stages * BLOCK_N * 64, 36 * 512, 16 * BLOCK_N * 2
+    return nope + rope + q + p + stages * BLOCK_N * 8 + stages * BLOCK_N * 4 + 2 * 4 * 16 * 4
+
+
+class _DeviceKernels:
+    """Compiled kernels, argument blocks and workspace of one device (and Q dtype, stages)."""
+
+    def __init__(self, device: int, q_fp16: bool, stages: int, defines: tuple[str, ...] = ()) -> None:
+        drv = _driver()
+        drv.ensure_context(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        opts = [f"-DSTAGES={stages}"] + (["-DQ_FP16"] if q_fp16 else []) + [f"-D{d}" for d in defines]
+        cubin = _nvrtc().compile(CUDA_SOURCE, f"sm_{major}{minor}", opts)
+        funcs = drv.load(cubin, ["mla_fp8_split", "mla_fp8_merge"])
+        self.split, self.merge = funcs["mla_fp8_split"], funcs["mla_fp8_merge"]
+        self.smem = _smem_bytes(stages)
+        assert self.smem >= 16 * 512 * 4, "the epilogue stages the output in the KV buffers"
+        drv.set_smem(self.split, self.smem)
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.split_args, self.merge_args = _SplitArgs(), _MergeArgs()
+        self.split_params, self.merge_params = _param_array(self.split_args), _param_array(self.merge_args)
+        self.workspace: torch.Tensor | None = None
+        self.retired: list[torch.Tensor] = []
+        self.lock = threading.Lock()
+
+    def workspace_for(self, nfloats: int, device: torch.device) -> torch.Tensor:
+        if self.workspace is None or self.workspace.numel() < nfloats:
+            if self.workspace is not None:
+                # A CUDA graph captured earlier may still point at the old buffer: keep it alive.
+                self.retired.append(self.workspace)
+            self.workspace = torch.empty(nfloats, dtype=torch.float32, device=device)
+        return self.workspace
+
+
+_NVRTC: _Nvrtc | None = None
+_DRIVER: _Driver | None = None
+_KERNELS: dict[tuple, _DeviceKernels] = {}
+
+
+def _nvrtc() -> _Nvrtc:
+    global _NVRTC
+    if _NVRTC is None:
+        _NVRTC = _Nvrtc()
+    return _NVRTC
+
+
+def _driver() -> _Driver:
+    global _DRIVER
+    if _DRIVER is None:
+        _DRIVER = _Driver()
+    return _DRIVER
+
+
+def _kernels(device: int, q_fp16: bool, cfg: CudaConfig) -> _DeviceKernels:
+    key = (device, q_fp16, cfg.stages, cfg.defines)
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = _DeviceKernels(device, q_fp16, cfg.stages, cfg.defines)
+    return k
+
+
+_SUPPORTED: dict[int | None, bool] = {}
+
+
+def supported(device: torch.device) -> bool:
+    """Hopper (sm_90) only: the kernel is tuned and tested there; elsewhere Triton runs."""
+    if device.type != "cuda":
+        return False
+    ok = _SUPPORTED.get(device.index)
+    if ok is None:
+        ok = _SUPPORTED[device.index] = torch.cuda.get_device_capability(device)[0] == 9
+    return ok
+
+
+def num_splits(batch: int, num_heads: int, sms: int, ctas_per_sm: int) -> int:
+    """Splits so that one wave fills the SMs; depends only on (batch, heads): CUDA-graph stable."""
+    tiles = batch * ((num_heads + HEAD_TILE - 1) // HEAD_TILE)
+    return max(1, min(512, round(sms * ctas_per_sm / tiles)))  # the merge holds <= 512 weights
+
+
+def _raw_stream(device: int) -> int:
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object per call
+    return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def eligible(q_nope: torch.Tensor, q_rope: torch.Tensor) -> bool:
+    """What the kernel's 16-byte Q loads need (true for SGLang's absorbed query)."""
+    return (q_nope.dtype in (torch.bfloat16, torch.float16) and q_rope.dtype == q_nope.dtype
+            and q_nope.data_ptr() % 16 == 0 and q_rope.data_ptr() % 16 == 0
+            and q_nope.stride(0) % 8 == 0 and q_nope.stride(1) % 8 == 0
+            and q_rope.stride(0) % 8 == 0 and q_rope.stride(1) % 8 == 0)
+
+
+def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, kv_indptr: torch.Tensor,
+                    kv_indices: torch.Tensor, sm_scale: float, k_scale: float | torch.Tensor,
+                    v_scale: float, token_scale: torch.Tensor | None, out: torch.Tensor,
+                    config: CudaConfig | None = None, splits: int | None = None) -> torch.Tensor:
+    """The split + merge launches; inputs already checked by ``fp8_mla_decode.mla_decode``.
+
+    ``kv`` is ``[tokens, 576]`` or ``[tokens, 1, 576]`` float8_e4m3fn with unit strides inside a
+    row; ``out`` ``[batch, heads, 512]`` in Q's dtype; ``eligible(q_nope, q_rope)`` holds.
+    """
+    cfg = config or _DEFAULT
+    dev = q_nope.get_device()
+    k = _kernels(dev, q_nope.dtype == torch.float16, cfg)
+    batch, num_heads = q_nope.shape[0], q_nope.shape[1]
+    n_split = splits or num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
+    min_chunk = max(1, -(-cfg.min_chunk // BLOCK_N)) * BLOCK_N
+    k_in_mem = isinstance(k_scale, torch.Tensor)
+    sqn, sqr, so = q_nope.stride(), q_rope.stride(), out.stride()
+    drv = _driver()
+    with k.lock:
+        a = k.split_args
+        a.q_nope, a.q_rope, a.kv = q_nope.data_ptr(), q_rope.data_ptr(), kv.data_ptr()
+        a.indptr, a.indices = kv_indptr.data_ptr(), kv_indices.data_ptr()
+        a.token_scale = token_scale.data_ptr() if token_scale is not None else None
+        a.k_scale = k_scale.data_ptr() if k_in_mem else None
+        if n_split > 1:
+            ws = k.workspace_for(batch * num_heads * n_split * (D_NOPE + 1), q_nope.device)
+            a.mid_o = ws.data_ptr()
+            a.mid_lse = a.mid_o + batch * num_heads * n_split * D_NOPE * 4
+        else:
+            a.mid_o = a.mid_lse = None
+        a.out = out.data_ptr()
+        a.qk_scale = sm_scale * LOG2E * (1.0 if k_in_mem else float(k_scale))
+        a.v_scale = float(v_scale)
+        a.min_chunk, a.num_heads = min_chunk, num_heads
+        a.s_qn_b, a.s_qn_h, a.s_qr_b, a.s_qr_h = sqn[0], sqn[1], sqr[0], sqr[1]
+        a.s_kv, a.s_o_b, a.s_o_h = kv.stride(0), so[0], so[1]
+        stream = _raw_stream(dev)
+        drv.check(drv.launch(k.split, (num_heads + HEAD_TILE - 1) // HEAD_TILE, n_split, batch, 128, 1, 1,
+                             k.smem, stream, k.split_params, None), "launch of mla_fp8_split")
+        if n_split > 1:
+            m = k.merge_args
+            m.mid_o, m.mid_lse, m.out, m.indptr = a.mid_o, a.mid_lse, a.out, a.indptr
+            m.v_scale, m.min_chunk, m.num_heads, m.num_splits = a.v_scale, min_chunk, num_heads, n_split
+            m.s_o_b, m.s_o_h = so[0], so[1]
+            drv.check(drv.launch(k.merge, batch * num_heads, D_NOPE // 128, 1, 256, 1, 1, 0, stream, k.merge_params, None),
+                      "launch of mla_fp8_merge")
+    return out
+
+
+__all__ = ["CUDA_SOURCE", "CudaConfig", "CudaKernelError", "eligible", "mla_decode_cuda", "num_splits", "supported"]
