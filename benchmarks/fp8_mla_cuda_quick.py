@@ -108,7 +108,20 @@ def main():
     ap.add_argument("--splits", default="")
     ap.add_argument("--variants", default="", help="comma list of define sets joined by +, e.g. SKIP_QK,SKIP_PV")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--profile", default="", help="HxBxC: only run the CUDA kernel 3 times eagerly (for ncu)")
+    ap.add_argument("--cubin", type=Path, default=None, help="write the compiled cubin here")
     args = ap.parse_args()
+    if args.profile:
+        h, b, c = map(int, args.profile.split("x"))
+        case = make_case(h, b, c, torch.device("cuda"), layers=1)
+        out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device="cuda")
+        for _ in range(3):
+            cu.mla_decode_cuda(case.q[..., :D_NOPE], case.q[..., D_NOPE:], case.pool, case.indptr, case.indices[0],
+                               SM_SCALE, 1.0, 1.0, None, out)
+        torch.cuda.synchronize()
+        if args.cubin:
+            args.cubin.write_bytes(next(iter(cu._KERNELS.values())).cubin)
+        return
     res = {"correct": [], "timing": []}
     cases = [([1, 0, 37, 64, 65, 1000], 16, 1), ([3000, 5, 129], 8, 2), ([70000], 16, 3), ([200] * 9, 64, 4),
              ([513, 1024], 128, 5)]
