@@ -126,7 +126,7 @@ def main():
     cases = [([1, 0, 37, 64, 65, 1000], 16, 1), ([3000, 5, 129], 8, 2), ([70000], 16, 3), ([200] * 9, 64, 4),
              ([513, 1024], 128, 5)]
     for lens, heads, seed in cases:
-        for splits in (None, 1, 7):
+        for splits in (None, 1, 7, 40):
             rel, nan = check(lens, heads, seed, splits=splits)
             res["correct"].append(dict(lens=lens[:4], heads=heads, splits=splits, rel=rel, nan=nan))
             print("check", heads, lens[:4], splits, f"{rel:.2e}", "NaN!" if nan else "", flush=True)

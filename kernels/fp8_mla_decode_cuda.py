@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import struct
 import sys
 import threading
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ typedef long long i64;
 #define SM_IDX (SM_P + 16 * BLOCK_N * 2)
 #define SM_TS (SM_IDX + STAGES * BLOCK_N * 8)
 #define SM_RED (SM_TS + STAGES * BLOCK_N * 4)
-#define SM_TOTAL (SM_RED + 2 * NW * 16 * 4)
+#define SM_TOTAL (SM_RED + 2 * NW * 16 * 4 + NW * 4)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 r;
@@ -130,6 +131,16 @@ __device__ __forceinline__ u16 float_to_out(float f) {
   return r;
 }
 
+/* L2 loads (not L1: other SMs wrote these) for the fused merge. */
+__device__ __forceinline__ float ld_cg(const float* p) {
+  float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v;
+}
+__device__ __forceinline__ float4 ld_cg4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
+
 /* XOR swizzle of the latent part's 16-byte chunks by row, chosen so that the Q.K^T reads (rows g,
    g+1 x 4 consecutive chunks per 8 lanes) and the P.V reads (rows 2t, 2t+2, .. x 2 chunks per 8
    lanes) both hit 8 distinct 4-bank groups. */
@@ -147,7 +158,7 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
               const int* __restrict__ indptr, const int* __restrict__ indices,
               const float* __restrict__ token_scale, const float* __restrict__ k_scale_ptr,
               float* __restrict__ mid_o, float* __restrict__ mid_lse, u16* __restrict__ out,
-              float qk_scale, float v_scale, int min_chunk, int num_heads,
+              int* __restrict__ arrivals, float qk_scale, float v_scale, int min_chunk, int num_heads,
               i64 s_qn_b, i64 s_qn_h, i64 s_qr_b, i64 s_qr_h, i64 s_kv, i64 s_o_b, i64 s_o_h)
 {
   extern __shared__ __align__(128) u8 smem[];
@@ -166,7 +177,7 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   const i64 ml_base = ((i64)b * num_heads + head0) * num_splits + split;  /* + h * num_splits */
 
   if (lo >= hi) {  /* an empty split: only its "nothing here" marker (or zeros for an empty row) */
-    if (write_out) {
+    if (write_out || (arrivals != nullptr && seq_len == 0 && split == 0)) {
       for (int i = tid; i < 16 * D_NOPE_; i += THREADS) {
         int h = i / D_NOPE_, c = i % D_NOPE_;
         if (head0 + h < num_heads) out[b * s_o_b + (head0 + h) * s_o_h + c] = 0;
@@ -184,6 +195,7 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   float* s_ts = (float*)(smem + SM_TS);
   float* red_max = (float*)(smem + SM_RED);
   float* red_sum = red_max + NW * 16;
+  int* flags = (int*)(red_sum + NW * 16);
 
   /* Row offsets (and token scales) of a stage go through shared memory, loaded one stage early
      into a register by threads 0..63, so the copy issue never waits on an index load. */
@@ -325,6 +337,11 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
         sacc[nt][e] = live ? sacc[nt][e] * ts : -__int_as_float(0x7f800000);
         sacc[nt][2 + e] = live ? sacc[nt][2 + e] * ts : -__int_as_float(0x7f800000);
       }
+    /* The reference max m_run moves only when a score exceeds it by more than 8 (log2 units): P is
+       then <= 256 (fine in FP16), O and l need no rescale, and one barrier per step suffices. A
+       warp whose scores pass the bound raises a flag; then every warp moves the reference to the
+       new maximum, rescales, and rewrites its P behind a second barrier: every row's first step,
+       rarely later. l is kept per thread and summed once at the end. */
     float mx[2];
     mx[0] = fmaxf(fmaxf(sacc[0][0], sacc[0][1]), fmaxf(sacc[1][0], sacc[1][1]));
     mx[1] = fmaxf(fmaxf(sacc[0][2], sacc[0][3]), fmaxf(sacc[1][2], sacc[1][3]));
@@ -333,52 +350,46 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 2));
     }
+    const bool warp_over = __any_sync(0xffffffff, mx[0] > m_run[0] + 8.f || mx[1] > m_run[1] + 8.f);
     if (t == 0) { red_max[warp * 16 + g] = mx[0]; red_max[warp * 16 + g + 8] = mx[1]; }
-    __syncthreads();
-    float m_new[2], alpha[2], sum[2];
+    if (lane == 0) flags[warp] = warp_over ? 1 : 0;
+    float p[2][4];
+    auto write_p = [&]() {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float m = m_run[r];
+      for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-      for (int w = 0; w < NW; ++w) m = fmaxf(m, red_max[w * 16 + g + 8 * r]);
-      m_new[r] = m;  /* finite: every step has a live token */
-      alpha[r] = fast_exp2(m_run[r] - m);
-      m_run[r] = m;
-      sum[r] = 0.f;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      float p[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[e] = fast_exp2(sacc[nt][e] - m_new[e >> 1]);
-        sum[e >> 1] += p[e];
+        for (int e = 0; e < 4; ++e) p[nt][e] = fast_exp2(sacc[nt][e] - m_run[e >> 1]);
+        /* P (with the token scale folded in: V_t = ts_t v8_t) to shared memory, rows swizzled. */
+        const int chunk16 = (warp * 2 + nt) ^ (g & 7);
+        *(u32*)((u8*)ps + g * 128 + chunk16 * 16 + t * 4) = pack_f16x2(p[nt][0] * tsv[nt][0], p[nt][1] * tsv[nt][1]);
+        *(u32*)((u8*)ps + (g + 8) * 128 + chunk16 * 16 + t * 4) = pack_f16x2(p[nt][2] * tsv[nt][0], p[nt][3] * tsv[nt][1]);
       }
-      /* P (with the token scale folded in: V_t = ts_t v8_t) to shared memory, rows swizzled. */
-      const int chunk16 = (warp * 2 + nt) ^ (g & 7);
-      *(u32*)((u8*)ps + g * 128 + chunk16 * 16 + t * 4) = pack_f16x2(p[0] * tsv[nt][0], p[1] * tsv[nt][1]);
-      *(u32*)((u8*)ps + (g + 8) * 128 + chunk16 * 16 + t * 4) = pack_f16x2(p[2] * tsv[nt][0], p[3] * tsv[nt][1]);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      sum[r] += __shfl_xor_sync(0xffffffff, sum[r], 1);
-      sum[r] += __shfl_xor_sync(0xffffffff, sum[r], 2);
-    }
-    if (t == 0) { red_sum[warp * 16 + g] = sum[0]; red_sum[warp * 16 + g + 8] = sum[1]; }
+    };
+    if (!warp_over) write_p();
     __syncthreads();
+    if (flags[0] | flags[1] | flags[2] | flags[3]) {  /* CTA-uniform */
+      float alpha[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float s = 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float m = m_run[r];
 #pragma unroll
-      for (int w = 0; w < NW; ++w) s += red_sum[w * 16 + g + 8 * r];
-      l_run[r] = l_run[r] * alpha[r] + s;
-    }
-    if (!__all_sync(0xffffffff, alpha[0] == 1.f && alpha[1] == 1.f)) {  /* the max rarely moves late in a row */
+        for (int w = 0; w < NW; ++w) m = fmaxf(m, red_max[w * 16 + g + 8 * r]);
+        alpha[r] = fast_exp2(m_run[r] - m);  /* 0 on the first step (m_run = -inf) */
+        m_run[r] = m;  /* finite: every step has a live token */
+        l_run[r] *= alpha[r];
+      }
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         oacc[j][0] *= alpha[0]; oacc[j][1] *= alpha[0];
         oacc[j][2] *= alpha[1]; oacc[j][3] *= alpha[1];
       }
+      write_p();
+      __syncthreads();
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      l_run[0] += p[nt][0] + p[nt][1];
+      l_run[1] += p[nt][2] + p[nt][3];
     }
 
     /* ---- O += P V for this warp's 128 channels; n-tile j, column g = channel 128 w + 16 g + j ---- */
@@ -416,8 +427,21 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
     }
 #endif
   }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffff, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffff, l_run[r], 2);
+  }
+  if (t == 0) { red_sum[warp * 16 + g] = l_run[0]; red_sum[warp * 16 + g + 8] = l_run[1]; }
   cp_wait<0>();
   __syncthreads();  /* the KV stages are reused below to stage the output */
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) l += red_sum[w * 16 + g + 8 * r];
+    l_run[r] = l;
+  }
 
   /* ---- epilogue: O / l through shared memory (fp32 [16][512]) for coalesced stores ---- */
   float* o_s = (float*)smem;
@@ -454,6 +478,47 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
     } else {
       *(float4*)(mid_o + (ml_base + (i64)h * num_splits) * 512 + c4) = v;
     }
+  }
+  if (write_out || arrivals == nullptr) return;
+
+  /* Fused merge (few splits): the last of the row's active splits to finish merges them, so no
+     second launch. Each CTA publishes its partial (fence), then counts itself in; the counter is
+     reset by the merging CTA for the next call (CUDA-graph safe). */
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  const int active = min((seq_len + chunk - 1) / chunk, num_splits);
+  int* counter = arrivals + b * gridDim.x + blockIdx.x;
+  if (tid == 0) {
+    const int prev = atomicAdd(counter, 1);
+    is_last = prev == active - 1;
+    if (is_last) *counter = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const i64 row_base = ((i64)b * num_heads + head0) * num_splits;
+  for (int i = tid; i < 16 * 128; i += THREADS) {
+    const int h = i >> 7, c4 = (i & 127) * 4;
+    if (head0 + h >= num_heads) continue;
+    const i64 hb = row_base + (i64)h * num_splits;
+    float m = NEG_INF;
+    for (int sp = 0; sp < active; ++sp) m = fmaxf(m, ld_cg(mid_lse + hb + sp));
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float den = 0.f;
+    for (int sp = 0; sp < active; ++sp) {
+      const float w = fast_exp2(ld_cg(mid_lse + hb + sp) - m);
+      const float4 pv = ld_cg4(mid_o + (hb + sp) * 512 + c4);
+      acc.x += w * pv.x; acc.y += w * pv.y; acc.z += w * pv.z; acc.w += w * pv.w;
+      den += w;
+    }
+    const float k = den > 0.f ? v_scale / den : 0.f;
+    u16* dst = out + b * s_o_b + (head0 + h) * s_o_h + c4;
+    uint2 pk;
+    pk.x = (u32)float_to_out(acc.x * k) | ((u32)float_to_out(acc.y * k) << 16);
+    pk.y = (u32)float_to_out(acc.z * k) | ((u32)float_to_out(acc.w * k) << 16);
+    *(uint2*)dst = pk;
   }
 }
 
@@ -663,29 +728,31 @@ class _Driver:
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument blocks: one ctypes struct per kernel, reused; cuLaunchKernel reads it at launch.
-
-_P, _F, _I, _L = ctypes.c_void_p, ctypes.c_float, ctypes.c_int, ctypes.c_longlong
-
-
-class _SplitArgs(ctypes.Structure):
-    _fields_ = [("q_nope", _P), ("q_rope", _P), ("kv", _P), ("indptr", _P), ("indices", _P),
-                ("token_scale", _P), ("k_scale", _P), ("mid_o", _P), ("mid_lse", _P), ("out", _P),
-                ("qk_scale", _F), ("v_scale", _F), ("min_chunk", _I), ("num_heads", _I),
-                ("s_qn_b", _L), ("s_qn_h", _L), ("s_qr_b", _L), ("s_qr_h", _L), ("s_kv", _L),
-                ("s_o_b", _L), ("s_o_h", _L)]
+# Argument blocks: the kernel's parameters packed (struct, natural alignment) into one reused buffer
+# per kernel; cuLaunchKernel gets the address of each value and copies them at launch.
 
 
-class _MergeArgs(ctypes.Structure):
-    _fields_ = [("mid_o", _P), ("mid_lse", _P), ("out", _P), ("indptr", _P), ("v_scale", _F),
-                ("min_chunk", _I), ("num_heads", _I), ("num_splits", _I), ("s_o_b", _L), ("s_o_h", _L)]
+class _ArgBlock:
+    def __init__(self, fmt: str) -> None:
+        self.layout = struct.Struct(fmt)
+        self.buffer = ctypes.create_string_buffer(self.layout.size)
+        base, offsets, off = ctypes.addressof(self.buffer), [], 0
+        for code in fmt.lstrip("<="):
+            size = struct.calcsize(code)
+            off = -(-off // size) * size  # C alignment of each member
+            offsets.append(base + off)
+            off += size
+        assert -(-off // 8) * 8 == self.layout.size, "the struct format must be naturally aligned"
+        self.params = (ctypes.c_void_p * len(offsets))(*offsets)
+
+    def pack(self, *values) -> None:
+        self.layout.pack_into(self.buffer, 0, *values)
 
 
-def _param_array(args: ctypes.Structure) -> ctypes.Array:
-    """The void** cuLaunchKernel wants: the address of each field of ``args``."""
-    base = ctypes.addressof(args)
-    ptrs = [base + getattr(type(args), name).offset for name, _ in args._fields_]
-    return (ctypes.c_void_p * len(ptrs))(*ptrs)
+# mla_fp8_split: 11 pointers; qk_scale, v_scale; min_chunk, num_heads; 7 strides
+_SPLIT_FMT = "<QQQQQQQQQQQffiiqqqqqqq"
+# mla_fp8_merge: 4 pointers; v_scale; min_chunk, num_heads, num_splits; 2 strides
+_MERGE_FMT = "<QQQQfiiiqq"
 
 
 @dataclass(frozen=True)
@@ -694,6 +761,9 @@ class CudaConfig:
     ctas_per_sm: int = 2  # what the split count aims at (2 fit with 2 stages: ~95 KB each)
     min_chunk: int = BLOCK_N
     defines: tuple[str, ...] = ()  # extra -D switches (experiments: SKIP_QK, SKIP_PV)
+    # Up to this many splits the last split CTA of a row merges (one launch); more (small batches)
+    # get the separate merge kernel, whose many CTAs read the partials in parallel.
+    fused_merge_max: int = 16
 
 
 _DEFAULT = CudaConfig()
@@ -701,7 +771,7 @@ _DEFAULT = CudaConfig()
 
 def _smem_bytes(stages: int) -> int:
     nope, rope, q, p = stages * BLOCK_N * 512, stages * BLOCK_N * 64, 36 * 512, 16 * BLOCK_N * 2
-    return nope + rope + q + p + stages * BLOCK_N * 8 + stages * BLOCK_N * 4 + 2 * 4 * 16 * 4
+    return nope + rope + q + p + stages * BLOCK_N * 8 + stages * BLOCK_N * 4 + 2 * 4 * 16 * 4 + 4 * 4
 
 
 class _DeviceKernels:
@@ -720,11 +790,19 @@ class _DeviceKernels:
         assert self.smem >= 16 * 512 * 4, "the epilogue stages the output in the KV buffers"
         drv.set_smem(self.split, self.smem)
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
-        self.split_args, self.merge_args = _SplitArgs(), _MergeArgs()
-        self.split_params, self.merge_params = _param_array(self.split_args), _param_array(self.merge_args)
+        self.split_args, self.merge_args = _ArgBlock(_SPLIT_FMT), _ArgBlock(_MERGE_FMT)
         self.workspace: torch.Tensor | None = None
+        self.arrivals: torch.Tensor | None = None  # fused-merge counters, zero between calls
         self.retired: list[torch.Tensor] = []
+        self.splits_for: dict[tuple[int, int, int], int] = {}
         self.lock = threading.Lock()
+
+    def arrivals_for(self, n: int, device: torch.device) -> torch.Tensor:
+        if self.arrivals is None or self.arrivals.numel() < n:
+            if self.arrivals is not None:
+                self.retired.append(self.arrivals)
+            self.arrivals = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        return self.arrivals
 
     def workspace_for(self, nfloats: int, device: torch.device) -> torch.Tensor:
         if self.workspace is None or self.workspace.numel() < nfloats:
@@ -786,12 +864,14 @@ def _raw_stream(device: int) -> int:
     return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
 
 
+_Q_DTYPES = (torch.bfloat16, torch.float16)
+
+
 def eligible(q_nope: torch.Tensor, q_rope: torch.Tensor) -> bool:
     """What the kernel's 16-byte Q loads need (true for SGLang's absorbed query)."""
-    return (q_nope.dtype in (torch.bfloat16, torch.float16) and q_rope.dtype == q_nope.dtype
-            and q_nope.data_ptr() % 16 == 0 and q_rope.data_ptr() % 16 == 0
-            and q_nope.stride(0) % 8 == 0 and q_nope.stride(1) % 8 == 0
-            and q_rope.stride(0) % 8 == 0 and q_rope.stride(1) % 8 == 0)
+    sn, sr = q_nope.stride(), q_rope.stride()
+    return (q_nope.dtype in _Q_DTYPES and q_rope.dtype == q_nope.dtype
+            and not (q_nope.data_ptr() | q_rope.data_ptr()) & 15 and not (sn[0] | sn[1] | sr[0] | sr[1]) & 7)
 
 
 def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, kv_indptr: torch.Tensor,
@@ -807,39 +887,37 @@ def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor
     dev = q_nope.get_device()
     k = _kernels(dev, q_nope.dtype == torch.float16, cfg)
     batch, num_heads = q_nope.shape[0], q_nope.shape[1]
-    n_split = splits or num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
+    n_split = splits or k.splits_for.get((batch, num_heads, cfg.ctas_per_sm))
+    if n_split is None:
+        n_split = k.splits_for[(batch, num_heads, cfg.ctas_per_sm)] = num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
+    tiles = (num_heads + HEAD_TILE - 1) // HEAD_TILE
+    fused = 1 < n_split <= cfg.fused_merge_max
     min_chunk = max(1, -(-cfg.min_chunk // BLOCK_N)) * BLOCK_N
     k_in_mem = isinstance(k_scale, torch.Tensor)
     sqn, sqr, so = q_nope.stride(), q_rope.stride(), out.stride()
     drv = _driver()
+    ws_ptr = lse_ptr = arrivals_ptr = 0
+    if n_split > 1:
+        ws_ptr = k.workspace_for(batch * num_heads * n_split * (D_NOPE + 1), q_nope.device).data_ptr()
+        lse_ptr = ws_ptr + batch * num_heads * n_split * D_NOPE * 4
+        if fused:
+            arrivals_ptr = k.arrivals_for(batch * tiles, q_nope.device).data_ptr()
+    qk_scale = sm_scale * LOG2E * (1.0 if k_in_mem else float(k_scale))
+    out_ptr, indptr_ptr = out.data_ptr(), kv_indptr.data_ptr()
     with k.lock:
-        a = k.split_args
-        a.q_nope, a.q_rope, a.kv = q_nope.data_ptr(), q_rope.data_ptr(), kv.data_ptr()
-        a.indptr, a.indices = kv_indptr.data_ptr(), kv_indices.data_ptr()
-        a.token_scale = token_scale.data_ptr() if token_scale is not None else None
-        a.k_scale = k_scale.data_ptr() if k_in_mem else None
-        if n_split > 1:
-            ws = k.workspace_for(batch * num_heads * n_split * (D_NOPE + 1), q_nope.device)
-            a.mid_o = ws.data_ptr()
-            a.mid_lse = a.mid_o + batch * num_heads * n_split * D_NOPE * 4
-        else:
-            a.mid_o = a.mid_lse = None
-        a.out = out.data_ptr()
-        a.qk_scale = sm_scale * LOG2E * (1.0 if k_in_mem else float(k_scale))
-        a.v_scale = float(v_scale)
-        a.min_chunk, a.num_heads = min_chunk, num_heads
-        a.s_qn_b, a.s_qn_h, a.s_qr_b, a.s_qr_h = sqn[0], sqn[1], sqr[0], sqr[1]
-        a.s_kv, a.s_o_b, a.s_o_h = kv.stride(0), so[0], so[1]
+        k.split_args.pack(
+            q_nope.data_ptr(), q_rope.data_ptr(), kv.data_ptr(), indptr_ptr, kv_indices.data_ptr(),
+            token_scale.data_ptr() if token_scale is not None else 0, k_scale.data_ptr() if k_in_mem else 0,
+            ws_ptr, lse_ptr, out_ptr, arrivals_ptr, qk_scale, float(v_scale), min_chunk, num_heads,
+            sqn[0], sqn[1], sqr[0], sqr[1], kv.stride(0), so[0], so[1])
         stream = _raw_stream(dev)
-        drv.check(drv.launch(k.split, (num_heads + HEAD_TILE - 1) // HEAD_TILE, n_split, batch, 128, 1, 1,
-                             k.smem, stream, k.split_params, None), "launch of mla_fp8_split")
-        if n_split > 1:
-            m = k.merge_args
-            m.mid_o, m.mid_lse, m.out, m.indptr = a.mid_o, a.mid_lse, a.out, a.indptr
-            m.v_scale, m.min_chunk, m.num_heads, m.num_splits = a.v_scale, min_chunk, num_heads, n_split
-            m.s_o_b, m.s_o_h = so[0], so[1]
-            drv.check(drv.launch(k.merge, batch * num_heads, D_NOPE // 128, 1, 256, 1, 1, 0, stream, k.merge_params, None),
-                      "launch of mla_fp8_merge")
+        drv.check(drv.launch(k.split, tiles, n_split, batch, 128, 1, 1, k.smem, stream, k.split_args.params, None),
+                  "launch of mla_fp8_split")
+        if n_split > 1 and not fused:
+            k.merge_args.pack(ws_ptr, lse_ptr, out_ptr, indptr_ptr, float(v_scale), min_chunk, num_heads, n_split,
+                              so[0], so[1])
+            drv.check(drv.launch(k.merge, batch * num_heads, D_NOPE // 128, 1, 256, 1, 1, 0, stream,
+                                 k.merge_args.params, None), "launch of mla_fp8_merge")
     return out
 
 
