@@ -19,7 +19,7 @@ from kernels import fp8_mla_decode_cuda as cu  # noqa: E402
 from kernels.fp8_mla_decode import D_KV, D_NOPE, mla_decode, reference_mla_decode  # noqa: E402
 
 
-def check(lens, heads, seed, k_scale=1.0, v_scale=1.0, ts=False, splits=None, stages=2):
+def check(lens, heads, seed, k_scale=1.0, v_scale=1.0, ts=False, splits=None, cfg=None):
     g = torch.Generator(device="cpu").manual_seed(seed)
     total = sum(lens)
     pool_n = total + 100
@@ -36,7 +36,7 @@ def check(lens, heads, seed, k_scale=1.0, v_scale=1.0, ts=False, splits=None, st
     ref = reference_mla_decode(q, pool, indptr, idx, SM_SCALE, k_scale, v_scale, tsc)
     out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device="cuda")
     cu.mla_decode_cuda(q[..., :D_NOPE], q[..., D_NOPE:], pool.view(pool_n, D_KV), indptr, idx, SM_SCALE,
-                       k_scale, v_scale, tsc, out, cu.CudaConfig(stages=stages), splits)
+                       k_scale, v_scale, tsc, out, cfg, splits)
     torch.cuda.synchronize()
     nan = torch.isnan(out).any().item()
     rel = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
@@ -73,7 +73,7 @@ def time_shape(h, b, c, page, args):
     row = dict(heads=h, batch=b, context=c, page=page)
     out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device="cuda")
     qn, qr = case.q[..., :D_NOPE], case.q[..., D_NOPE:]
-    runs = [("triton", "triton", 2, ())] + [(f"cuda-s{s}", "cuda", int(s), ()) for s in args.stages.split(",")]
+    runs = [("triton", "triton", 2, ())] + [(f"cuda-{c}", "cuda", c, ()) for c in args.configs.split(",")]
     runs += [(f"cuda-{v}", "cuda", 2, tuple(v.split("+"))) for v in args.variants.split(",") if v]
     runs += [(f"cuda-splits{n}", "cuda", 2, ("SPLITS", n)) for n in args.splits.split(",") if n]
     for name, impl, stages, defs in runs:
@@ -81,7 +81,8 @@ def time_shape(h, b, c, page, args):
         if defs and defs[0] == "SPLITS":
             nsplit, defs = int(defs[1]), ()
         if impl == "cuda":
-            cfg = cu.CudaConfig(stages=stages, ctas_per_sm=2 if stages == 2 else 1, defines=defs)
+            st, bn, ctas = (int(x) for x in (stages if isinstance(stages, str) else "2:64:2").split(":"))
+            cfg = cu.CudaConfig(stages=st, block_n=bn, ctas_per_sm=ctas, defines=defs)
 
             def step(cfg=cfg, nsplit=nsplit):
                 for idx in case.indices:
@@ -103,7 +104,7 @@ def time_shape(h, b, c, page, args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="16x64x8192,8x64x32768,16x64x32768,8x8x2048,16x8x8192,16x1x131072,8x128x8192,64x8x8192,128x64x8192")
-    ap.add_argument("--stages", default="2")
+    ap.add_argument("--configs", default="2:64:2", help="comma list of stages:block_n:ctas_per_sm")
     ap.add_argument("--pages", default="1")
     ap.add_argument("--splits", default="")
     ap.add_argument("--variants", default="", help="comma list of define sets joined by +, e.g. SKIP_QK,SKIP_PV")
@@ -133,10 +134,12 @@ def main():
     rel, nan = check([700, 3], 16, 9, k_scale=torch.tensor([0.5], device="cuda"), v_scale=2.0, ts=True)
     print("check scales", f"{rel:.2e}", nan, flush=True)
     res["correct"].append(dict(scales=True, rel=rel, nan=nan))
-    for st in [int(s) for s in args.stages.split(",")]:
-        if st != 2:
-            rel, nan = check([5000, 77], 16, 11, stages=st)
-            print("check stages", st, f"{rel:.2e}", nan)
+    for c in args.configs.split(","):
+        st, bn, ctas = (int(x) for x in c.split(":"))
+        for lens, heads, splits in (([5000, 77, 0, 31], 16, None), ([999, 64, 33], 8, 5), ([40000], 128, None)):
+            rel, nan = check(lens, heads, 11, splits=splits, cfg=cu.CudaConfig(stages=st, block_n=bn, ctas_per_sm=ctas))
+            print("check config", c, heads, splits, f"{rel:.2e}", "NaN!" if nan else "", flush=True)
+            res["correct"].append(dict(config=c, heads=heads, splits=splits, rel=rel, nan=nan))
     for shape in args.shapes.split(","):
         h, b, c = map(int, shape.split("x"))
         for page in [int(p) for p in args.pages.split(",")]:
