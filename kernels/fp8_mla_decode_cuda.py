@@ -60,6 +60,9 @@ typedef long long i64;
 #ifndef MIN_CTAS
 #define MIN_CTAS 2       /* CTAs per SM the registers are budgeted for */
 #endif
+#ifndef Q_REG_KSTEPS
+#define Q_REG_KSTEPS 24  /* k-steps of Q kept in registers (the rest is read with ldmatrix each step): 24 is the most that fits 2 CTAs per SM without spills */
+#endif
 #define NW 4
 #define THREADS (NW * 32)
 #define TPW (BLOCK_N / NW)     /* tokens per warp in Q.K^T: 8 or 16 */
@@ -293,6 +296,12 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   u16* ps = (u16*)(smem + SM_P);
   const u32 p_base = smem_addr(ps);
 
+  /* The first Q_REG_KSTEPS k-steps of Q stay in registers for the whole split (4 registers each). */
+  u32 qreg[Q_REG_KSTEPS > 0 ? Q_REG_KSTEPS : 1][4];
+  __syncthreads();  /* Q staged */
+#pragma unroll
+  for (int ks = 0; ks < Q_REG_KSTEPS; ++ks) ldmatrix_x4(q_base + ks * 512, qreg[ks][0], qreg[ks][1], qreg[ks][2], qreg[ks][3]);
+
   for (int step = 0; step < n_steps; ++step) {
     const int slot = step % STAGES;
     cp_wait<STAGES - 2>();
@@ -323,7 +332,11 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         u32 a0, a1, a2, a3;
-        ldmatrix_x4(q_base + (4 * c + s) * 512, a0, a1, a2, a3);
+        if (4 * c + s < Q_REG_KSTEPS) {
+          a0 = qreg[4 * c + s][0]; a1 = qreg[4 * c + s][1]; a2 = qreg[4 * c + s][2]; a3 = qreg[4 * c + s][3];
+        } else {
+          ldmatrix_x4(q_base + (4 * c + s) * 512, a0, a1, a2, a3);
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const u32 w = s == 0 ? kb[nt].x : s == 1 ? kb[nt].y : s == 2 ? kb[nt].z : kb[nt].w;
