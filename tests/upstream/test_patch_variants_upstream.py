@@ -58,8 +58,10 @@ def test_variants_are_declared_and_each_has_content():
 
 def test_shared_files_stay_identical_across_variants():
     for folder in [PATCHES / "custom_fp8_mla", *sorted((PATCHES / "custom_fp8_mla").glob("sglang-*"))]:
-        copy = folder / ATTN / "custom_fp8_mla_decode.py"
-        assert copy.read_bytes() == KERNEL.read_bytes(), f"{copy} differs from {KERNEL}: copy the kernel over"
+        for kernel, name in ((KERNEL, "custom_fp8_mla_decode.py"),
+                             (KERNEL.with_name("fp8_mla_decode_cuda.py"), "custom_fp8_mla_decode_cuda.py")):
+            copy = folder / ATTN / name
+            assert copy.read_bytes() == kernel.read_bytes(), f"{copy} differs from {kernel}: copy the kernel over"
     top = PATCHES / "flashinfer_mla_gather_cast" / ATTN / "mla_gather_cast.py"
     for folder in sorted((PATCHES / "flashinfer_mla_gather_cast").glob("sglang-*")):
         assert (folder / ATTN / "mla_gather_cast.py").read_bytes() == top.read_bytes(), folder

@@ -32,7 +32,7 @@ ATTENTION = {
     "flashinfer": ("flashinfer::batch_mla_paged_attention_run",
                    "void flashinfer::mla::BatchMLAPagedAttentionKernel<flashinfer::mla::KernelTraits<true, 2, 8, 4, "
                    "512, 64, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, int> >"),
-    "custom_fp8_mla": ("sglang::custom_fp8_mla_decode", "_fp8_mla_decode_split_kv_kernel"),
+    "custom_fp8_mla": ("sglang::custom_fp8_mla_decode", "mla_fp8_split"),  # the CUDA path on an H200
     "trtllm_mla": ("flashinfer::trtllm_batch_decode_with_kv_cache_mla",
                    "fmhaSm100fKernel_QkvE4m3OBfloat16HQk576HV512HVPerCta256PagedKvDenseP64MultiCtasKvCgaVarSeqQ128"),
 }

@@ -35,7 +35,9 @@ The results file has the profile and what would lift it.
 
 from __future__ import annotations
 
+import importlib
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -295,6 +297,29 @@ def _dot_dtype(kv_dtype: torch.dtype) -> tl.dtype:
     raise ValueError(f"unsupported KV dtype {kv_dtype}")
 
 
+_CUDA_PATH: list = []  # [module] once imported, [None] once it failed (then Triton only)
+
+
+def _cuda_path(kv: torch.Tensor, q: torch.Tensor, q_rope: torch.Tensor, impl: str):
+    """The SM90 CUDA module (sibling ``<this module>_cuda``) when it should run, else None."""
+    if impl == "triton" or _INTERPRET or kv.dtype != torch.float8_e4m3fn or q.device.type != "cuda":
+        if impl == "cuda":
+            raise ValueError("impl='cuda' needs an FP8 cache on a CUDA device (and no interpreter)")
+        return None
+    if not _CUDA_PATH:
+        try:  # same folder, same naming in kernels/ and in the SGLang patch set's copy
+            _CUDA_PATH.append(importlib.import_module(__name__ + "_cuda"))
+        except ImportError as e:
+            warnings.warn(f"FP8 MLA: CUDA path unavailable ({e}); using the Triton kernel", stacklevel=3)
+            _CUDA_PATH.append(None)
+    mod = _CUDA_PATH[0]
+    if mod is None or (impl == "auto" and not mod.supported(q.device)) or not mod.eligible(q, q_rope):
+        if impl == "cuda":
+            raise ValueError("impl='cuda' asked for, but the CUDA path is unavailable on this device")
+        return None
+    return mod
+
+
 def mla_decode(
     q_nope: torch.Tensor,
     q_rope: torch.Tensor,
@@ -307,6 +332,7 @@ def mla_decode(
     token_scale: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     config: DecodeConfig | None = None,
+    impl: str = "auto",
 ) -> torch.Tensor:
     """MLA decode over a paged (page size 1) latent KV cache; returns ``[batch, heads, 512]``.
 
@@ -315,9 +341,25 @@ def mla_decode(
     ``k_scale``: per-tensor dequant scale of K, a float or a one-element device tensor (read in the
     kernel, so no host sync). ``v_scale``: per-tensor scale of V, a float. ``token_scale``: optional
     float32 ``[tokens]``, multiplies both K and V of a token. A row with no tokens returns zeros.
+    ``impl``: ``"auto"`` (the CUDA kernel of ``fp8_mla_decode_cuda`` for FP8 on Hopper unless a
+    Triton ``config`` is given, else Triton), ``"cuda"`` or ``"triton"``.
     """
     _check_inputs(q_nope, q_rope, kv_cache, kv_indptr, kv_indices)
     batch, num_heads = q_nope.shape[:2]
+    cuda = _cuda_path(kv_cache, q_nope, q_rope, "triton" if (config is not None and impl == "auto") else impl)
+    if cuda is not None:
+        if out is None:
+            out = torch.empty((batch, num_heads, D_NOPE), dtype=q_nope.dtype, device=q_nope.device)
+        if batch == 0:
+            return out
+        try:
+            return cuda.mla_decode_cuda(q_nope, q_rope, kv_cache, kv_indptr, kv_indices, sm_scale, k_scale,
+                                        v_scale, token_scale, out)
+        except cuda.CudaKernelError as e:
+            if impl == "cuda":
+                raise
+            warnings.warn(f"FP8 MLA: CUDA path failed ({e}); using the Triton kernel", stacklevel=2)
+            _CUDA_PATH[0] = None
     if config is None:
         config = default_config(batch, num_heads, q_nope.device)
     if out is None:
