@@ -82,7 +82,7 @@ def check(out: torch.Tensor, ref: torch.Tensor, lens: list[int]) -> None:
 
 
 def run_case(lens, heads, config=None, k_scale=1.0, v_scale=1.0, token_scale=False, seed=0,
-             sm_scale=0.0625):
+             sm_scale=0.0625, impl="auto"):
     pool, indptr, indices, q = make_inputs(lens, heads, seed=seed)
     ts = None
     if token_scale:
@@ -90,7 +90,7 @@ def run_case(lens, heads, config=None, k_scale=1.0, v_scale=1.0, token_scale=Fal
         ts = (torch.rand(pool.shape[0], generator=gen) + 0.25).to(DEVICE)
     out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     mla_decode_fp8(q, pool, indptr, indices, sm_scale, k_scale=k_scale, v_scale=v_scale,
-                   token_scale=ts, out=out, config=config)
+                   token_scale=ts, out=out, config=config, impl=impl)
     k_ref = k_scale.item() if isinstance(k_scale, torch.Tensor) else k_scale
     ref = reference_mla_decode(q, pool, indptr, indices, sm_scale, k_ref, v_scale, ts)
     check(out, ref, lens)
@@ -217,3 +217,90 @@ def test_cuda_graph_replay_with_new_lengths():
         graph.replay()
         torch.cuda.synchronize()
         check(out, reference_mla_decode(q, pool, indptr, indices[: sum(lens)], 0.0625), lens)
+
+
+# ---------------------------------------------------------------- the SM90 CUDA path (Hopper only)
+
+ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9
+hopper_only = pytest.mark.skipif(not ON_HOPPER, reason="the CUDA path is built for and enabled on sm_90 only")
+
+
+def run_cuda(lens, heads, cfg=None, splits=None, seed=0, k_scale=1.0, v_scale=1.0, token_scale=False):
+    from kernels import fp8_mla_decode_cuda as cu
+
+    pool, indptr, indices, q = make_inputs(lens, heads, seed=seed)
+    ts = None
+    if token_scale:
+        gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+        ts = (torch.rand(pool.shape[0], generator=gen) + 0.25).to(DEVICE)
+    out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    cu.mla_decode_cuda(q[..., :D_NOPE], q[..., D_NOPE:], pool, indptr, indices, 0.0625, k_scale, v_scale, ts,
+                       out, cfg, splits)
+    k_ref = k_scale.item() if isinstance(k_scale, torch.Tensor) else k_scale
+    check(out, reference_mla_decode(q, pool, indptr, indices, 0.0625, k_ref, v_scale, ts), lens)
+
+
+@gpu_only
+@hopper_only
+@pytest.mark.parametrize("lens,heads", LARGE + [(lens, heads) for lens, heads, _, _ in SMALL])
+def test_cuda_path_default(lens, heads):
+    run_case(lens, heads, impl="cuda")
+
+
+@gpu_only
+@hopper_only
+@pytest.mark.parametrize("splits", [1, 2, 16, 17, 264, 512])  # <= 16: the last split CTA merges
+def test_cuda_split_counts_and_both_merges(splits):
+    run_cuda([1, 999, 20000, 0, 64, 65], 16, splits=splits)
+
+
+@gpu_only
+@hopper_only
+@pytest.mark.parametrize("stages,block_n", [(2, 64), (4, 32), (3, 32)])
+def test_cuda_pipeline_geometries(stages, block_n):
+    from kernels.fp8_mla_decode_cuda import CudaConfig
+
+    run_cuda([3000, 5, 12345, 0, 31], 8, CudaConfig(stages=stages, block_n=block_n), splits=5)
+
+
+@gpu_only
+@hopper_only
+def test_cuda_scales_tensor_and_per_token():
+    run_cuda([900, 17, 0], 16, splits=4, k_scale=torch.tensor([0.75], device=DEVICE), v_scale=1.5,
+             token_scale=True)
+
+
+@gpu_only
+@hopper_only
+@pytest.mark.parametrize("batch", [4, 32])  # 66 splits (merge kernel) and 8 (fused merge)
+def test_cuda_graph_replay_with_new_lengths(batch):
+    """The CUDA path's split count also depends on batch and heads only: one capture, any lengths,
+    and the fused merge's arrival counters are back at zero after every replay."""
+    heads, max_tokens = 16, 40000
+    pool, _, _, q = make_inputs([max_tokens], heads, seed=8)
+    indptr = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
+    indices = torch.zeros(max_tokens, dtype=torch.int32, device=DEVICE)
+    out = torch.empty(batch, heads, D_NOPE, dtype=torch.bfloat16, device=DEVICE)
+    q = q.expand(batch, -1, -1).contiguous()
+
+    def step():
+        mla_decode_fp8(q, pool, indptr, indices, 0.0625, out=out, impl="cuda")
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    used = torch.nonzero(~torch.isnan(pool.view(-1, D_KV)[:, 0].float())).flatten().to(torch.int32)
+    gen = torch.Generator().manual_seed(batch)
+    for total in (batch, 30000, 39000):
+        cuts = sorted(torch.randint(0, total + 1, (batch - 1,), generator=gen).tolist())
+        lens = [b - a for a, b in zip([0] + cuts, cuts + [total])]
+        lens[0] = 0  # always one empty row
+        indptr.copy_(torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32))
+        indices[: sum(lens)] = used[torch.randperm(used.numel(), device=DEVICE)][: sum(lens)]
+        for _ in range(2):
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            check(out, reference_mla_decode(q, pool, indptr, indices[: sum(lens)], 0.0625), lens)

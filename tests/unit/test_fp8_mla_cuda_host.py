@@ -1,0 +1,110 @@
+"""The host side of the SM90 CUDA path of the FP8 MLA kernel, checked without a GPU.
+
+What a GPU run cannot cheaply catch and a wrong value would silently break: the packed launch
+arguments must sit exactly where the kernel reads its parameters (C struct layout), the split
+count must depend on batch and heads only (CUDA-graph capture), Q's 16-byte loads need aligned
+views, and the kernel must build for sm_90 within its budget (registers and shared memory for two
+CTAs per SM, no spills). The compile test needs NVRTC (pip ``nvidia-cuda-nvrtc``, which
+``scripts/test`` installs); the kernel's numbers are checked on a GPU (tests/gpu/).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch not installed (optional extra `kernels`)")
+
+from kernels import fp8_mla_decode_cuda as cu  # noqa: E402
+
+_CTYPE = {"Q": ctypes.c_uint64, "f": ctypes.c_float, "i": ctypes.c_int32, "q": ctypes.c_int64}
+H200_SMEM_PER_SM = 228 * 1024  # bytes; each resident CTA also takes 1 KB reserved by the driver
+H200_REGS_PER_SM = 65536
+
+
+def c_struct(fmt: str) -> type[ctypes.Structure]:
+    fields = [(f"f{i}", _CTYPE[code]) for i, code in enumerate(fmt.lstrip("<"))]
+    return type("Args", (ctypes.Structure,), {"_fields_": fields})
+
+
+@pytest.mark.parametrize("fmt", [cu._SPLIT_FMT, cu._MERGE_FMT])
+def test_arg_block_offsets_are_the_c_struct_layout(fmt):
+    block, struct_type = cu._ArgBlock(fmt), c_struct(fmt)
+    base = ctypes.addressof(block.buffer)
+    offsets = [p - base for p in block.params]
+    assert offsets == [getattr(struct_type, name).offset for name, _ in struct_type._fields_]
+    assert block.layout.size == ctypes.sizeof(struct_type)
+
+
+def test_arg_block_values_land_where_each_parameter_points():
+    block = cu._ArgBlock(cu._MERGE_FMT)  # pointers, a float, ints, 64-bit strides
+    values = (0x1000, 0x2000, 0x3000, 0x4000, 1.5, 64, 16, 7, -576, 2**40)
+    block.pack(*values)
+    read = [ctypes.cast(p, ctypes.POINTER(_CTYPE[code])).contents.value
+            for p, code in zip(block.params, cu._MERGE_FMT.lstrip("<"))]
+    assert read == list(values)
+
+
+def test_split_count_depends_on_batch_and_heads_only_and_fills_the_sms():
+    for batch in (1, 3, 8, 64, 128, 1000):
+        for heads in (8, 16, 64, 128):
+            n = cu.num_splits(batch, heads, 132, 2)
+            tiles = batch * -(-heads // cu.HEAD_TILE)
+            assert 1 <= n <= 512
+            if tiles <= 264:
+                assert abs(n * tiles - 264) <= tiles / 2 + 1, (batch, heads, n)  # one wave of 2 CTAs per SM
+            else:
+                assert n == 1
+
+
+def test_eligible_wants_half_precision_and_16_byte_rows():
+    q = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
+    assert cu.eligible(q[..., :512], q[..., 512:])  # SGLang's absorbed query
+    assert not cu.eligible(q.float()[..., :512], q.float()[..., 512:])
+    odd = torch.zeros(4, 16, 580, dtype=torch.bfloat16)  # row stride 580: not a multiple of 8 elements
+    assert not cu.eligible(odd[..., :512], odd[..., 512:576])
+    assert not cu.eligible(q[..., 1:513], q[..., 512:])  # 2 bytes off a 16-byte boundary
+
+
+@pytest.mark.parametrize("cfg", [cu.CudaConfig(), cu.CudaConfig(stages=4, block_n=32)])
+def test_shared_memory_fits_the_ctas_per_sm_it_is_budgeted_for(cfg):
+    smem = cu._smem_bytes(cfg.stages, cfg.block_n)
+    assert smem >= 16 * 512 * 4, "the epilogue stages a 16 x 512 fp32 output tile in the KV buffers"
+    assert cfg.ctas_per_sm * (smem + 128 + 1024) <= H200_SMEM_PER_SM
+
+
+def _nvrtc_or_skip():
+    try:
+        return cu._nvrtc()
+    except cu.CudaKernelError as exc:
+        pytest.skip(f"NVRTC not installed (pip nvidia-cuda-nvrtc): {exc}")
+
+
+@pytest.mark.parametrize("cfg,q_fp16", [(cu.CudaConfig(), False), (cu.CudaConfig(), True),
+                                        (cu.CudaConfig(stages=4, block_n=32), False)])
+def test_kernels_build_for_sm90_within_budget(cfg, q_fp16):
+    nvrtc = _nvrtc_or_skip()
+    opts = [f"-DSTAGES={cfg.stages}", f"-DBLOCK_N={cfg.block_n}", f"-DMIN_CTAS={cfg.ctas_per_sm}",
+            "--ptxas-options=-v"] + (["-DQ_FP16"] if q_fp16 else [])
+    cubin = nvrtc.compile(cu.CUDA_SOURCE, "sm_90", opts)
+    assert cubin[:4] == b"\x7fELF"
+    log = nvrtc.last_log
+    per_function = dict(re.findall(r"Function properties for (\w+)\n(.*?)\n", log))
+    assert set(per_function) == {"mla_fp8_split", "mla_fp8_merge"}, log
+    for name, line in per_function.items():
+        assert "0 bytes spill stores, 0 bytes spill loads" in line, f"{name} spills: {line}"
+    regs = int(re.search(r"Compiling entry function 'mla_fp8_split'.*?Used (\d+) registers", log, re.S).group(1))
+    assert regs * 128 * cfg.ctas_per_sm <= H200_REGS_PER_SM, f"{regs} registers: fewer CTAs per SM than planned"
+
+
+def test_dispatch_rejects_cuda_where_it_cannot_run():
+    pytest.importorskip("triton", reason="the dispatching module needs triton")
+    from kernels.fp8_mla_decode import mla_decode
+
+    q = torch.zeros(1, 16, 576, dtype=torch.bfloat16)
+    kv = torch.zeros(4, 576, dtype=torch.float8_e4m3fn)
+    indptr, idx = torch.tensor([0, 4], dtype=torch.int32), torch.arange(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="impl='cuda'"):
+        mla_decode(q[..., :512], q[..., 512:], kv, indptr, idx, 0.1, impl="cuda")
