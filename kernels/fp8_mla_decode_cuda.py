@@ -3,28 +3,36 @@
 Same function and layout as :mod:`kernels.fp8_mla_decode` (whose ``mla_decode`` calls this one on
 Hopper): one 576-byte e4m3 row per token (512 latent + 64 rope), page size 1, rows picked by
 ``kv_indptr``/``kv_indices``. Why a second kernel: Triton 3.6 gathers the FP8 V operand from shared
-memory a byte at a time (the results file has the SASS), and there is no way to tell it otherwise.
-Here the shared-memory layout and every operand register are explicit:
+memory a byte at a time (benchmarks/results/fp8_mla_decode_triton_2026-11-29.md has the SASS), and
+there is no way to tell it otherwise. Here the shared-memory layout and every operand register are
+explicit:
 
 - One CTA = 4 warps = one (head tile of 16, KV split, batch row). The KV rows of a 64-token stage
-  are gathered with ``cp.async`` (16-byte pieces, 2 stages, up to 2 CTAs per SM), the latent part
-  XOR-swizzled by 16-byte chunk so that both reads below are free of bank conflicts.
+  are gathered with ``cp.async`` (a warp copies one 512-byte latent part per instruction; 2 stages,
+  2 CTAs per SM), the latent part XOR-swizzled by 16-byte chunk so that both reads below are free
+  of bank conflicts.
 - Q.K^T (``mma.sync`` m16n8k16, FP16 in, FP32 out; each warp 16 tokens): the contraction order over
   the 576 channels is free, so each thread reads 16 *consecutive* bytes of its token's row
-  (one ``LDS.128``) and uses 4 of them per MMA; Q is stored in shared memory once per CTA, already
-  permuted to the same order. No byte loads, no transposes.
+  (one ``LDS.128``) and uses 4 of them per MMA; Q is permuted to the same order once per CTA, 24 of
+  its 36 k-steps held in registers, the rest read with ``ldmatrix``. No byte loads, no transposes.
 - P.V (each warp 128 of the 512 output channels): the contraction runs over tokens, which the rows
   do not hold contiguously. Each thread reads 16 consecutive bytes of 4 token rows and pairs the
   bytes of two tokens with ``PRMT``; the output-channel order is permuted instead (thread column g
   of n-tile j is channel 16 g + j) and undone when the tile is written.
 - e4m3 -> f16 is one ``cvt.rn.f16x2.e4m3x2`` per pair and exact; Q is pre-scaled by
-  ``sm_scale * k_scale * log2(e)`` (FP16, as in the Triton kernel), P is FP16, sums are FP32.
-- Split partials (FP32 + log2-sum-exp) are merged by a second small kernel; one split writes the
-  BF16 output directly.
+  ``sm_scale * k_scale * log2(e)`` (FP16, as in the Triton kernel), P is FP16, sums are FP32. The
+  softmax max moves only when a score passes it by 8 (log2 units), so most steps take one barrier.
+- Split partials (FP32 + log2-sum-exp): with up to 16 splits the last split CTA of a row merges them
+  (one launch); with more (small batches) a second kernel does. One split writes BF16 directly.
 
-Host side (the eager-call budget is ~20 us): compiled modules, functions and the split workspace
-are cached per device; arguments are packed into a reused ctypes block; no allocation (besides the
-output when none is given) and no device sync per call.
+Measured on one H200 against FlashMLA's FP8 kernel on the same pages
+(benchmarks/results/fp8_mla_decode.md): faster at 8/16 heads with long rows (up to 1.29x, 3.3-3.7
+TB/s at batch >= 64 and 32K+), slower on short rows and at 64/128 heads, where FlashMLA's FP8 wgmma
+tiles of 64 heads do 4-8x less work per token than 16-head mma.sync tiles.
+
+Host side (an eager call costs ~17 us with one launch): compiled modules, functions and the split
+workspace are cached per device; arguments are packed into a reused buffer; no allocation (besides
+the output when none is given) and no device sync per call.
 """
 
 from __future__ import annotations
@@ -61,7 +69,9 @@ typedef long long i64;
 #define MIN_CTAS 2       /* CTAs per SM the registers are budgeted for */
 #endif
 #ifndef Q_REG_KSTEPS
-#define Q_REG_KSTEPS 24  /* k-steps of Q kept in registers (the rest is read with ldmatrix each step): 24 is the most that fits 2 CTAs per SM without spills */
+/* k-steps of Q kept in registers (the rest is read with ldmatrix each step): 24 is the most that
+   fits 2 CTAs per SM without spills, and measured fastest of 0/16/24 */
+#define Q_REG_KSTEPS 24
 #endif
 #define NW 4
 #define THREADS (NW * 32)
@@ -300,7 +310,8 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   u32 qreg[Q_REG_KSTEPS > 0 ? Q_REG_KSTEPS : 1][4];
   __syncthreads();  /* Q staged */
 #pragma unroll
-  for (int ks = 0; ks < Q_REG_KSTEPS; ++ks) ldmatrix_x4(q_base + ks * 512, qreg[ks][0], qreg[ks][1], qreg[ks][2], qreg[ks][3]);
+  for (int ks = 0; ks < Q_REG_KSTEPS; ++ks)
+    ldmatrix_x4(q_base + ks * 512, qreg[ks][0], qreg[ks][1], qreg[ks][2], qreg[ks][3]);
 
   for (int step = 0; step < n_steps; ++step) {
     const int slot = step % STAGES;
@@ -392,8 +403,10 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
         for (int e = 0; e < 4; ++e) p[nt][e] = fast_exp2(sc[nt][e] - m_run[e >> 1]);
         /* P (with the token scale folded in: V_t = ts_t v8_t) to shared memory, rows swizzled. */
         const int ck = warp * NT + nt;  /* the 16-byte chunk of these 8 tokens */
-        *(u32*)((u8*)ps + g * P_ROW + p_chunk(g, ck) * 16 + t * 4) = pack_f16x2(p[nt][0] * tsv[nt][0], p[nt][1] * tsv[nt][1]);
-        *(u32*)((u8*)ps + (g + 8) * P_ROW + p_chunk(g + 8, ck) * 16 + t * 4) = pack_f16x2(p[nt][2] * tsv[nt][0], p[nt][3] * tsv[nt][1]);
+        *(u32*)((u8*)ps + g * P_ROW + p_chunk(g, ck) * 16 + t * 4) =
+            pack_f16x2(p[nt][0] * tsv[nt][0], p[nt][1] * tsv[nt][1]);
+        *(u32*)((u8*)ps + (g + 8) * P_ROW + p_chunk(g + 8, ck) * 16 + t * 4) =
+            pack_f16x2(p[nt][2] * tsv[nt][0], p[nt][3] * tsv[nt][1]);
       }
     };
     if (!warp_over) write_p();
@@ -576,7 +589,11 @@ mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse
   const float NEG_INF = -__int_as_float(0x7f800000);
 
   float m = NEG_INF;
-  for (int s = tid; s < active; s += MERGE_WARPS * 32) { const float l = mid_lse[base + s]; w_s[s] = l; m = fmaxf(m, l); }
+  for (int s = tid; s < active; s += MERGE_WARPS * 32) {
+    const float l = mid_lse[base + s];
+    w_s[s] = l;
+    m = fmaxf(m, l);
+  }
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
   if (lane == 0) red[warp][32] = m;
   __syncthreads();
@@ -601,7 +618,8 @@ mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       w[u] = w_s[s + u * MERGE_WARPS];
-      p[u] = w[u] > 0.f ? *(const float4*)(mid_o + (base + s + u * MERGE_WARPS) * 512 + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      p[u] = w[u] > 0.f ? *(const float4*)(mid_o + (base + s + u * MERGE_WARPS) * 512 + c4)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -749,7 +767,8 @@ class _Driver:
         funcs = {}
         for name in names:
             f = ctypes.c_void_p()
-            self.check(self.lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), f"cuModuleGetFunction({name})")
+            rc = self.lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode())
+            self.check(rc, f"cuModuleGetFunction({name})")
             funcs[name] = f
         return funcs
 
@@ -921,9 +940,10 @@ def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor
     dev = q_nope.get_device()
     k = _kernels(dev, q_nope.dtype == torch.float16, cfg)
     batch, num_heads = q_nope.shape[0], q_nope.shape[1]
-    n_split = splits or k.splits_for.get((batch, num_heads, cfg.ctas_per_sm))
+    key = (batch, num_heads, cfg.ctas_per_sm)
+    n_split = splits or k.splits_for.get(key)
     if n_split is None:
-        n_split = k.splits_for[(batch, num_heads, cfg.ctas_per_sm)] = num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
+        n_split = k.splits_for[key] = num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
     tiles = (num_heads + HEAD_TILE - 1) // HEAD_TILE
     fused = 1 < n_split <= cfg.fused_merge_max
     min_chunk = max(1, -(-cfg.min_chunk // cfg.block_n)) * cfg.block_n

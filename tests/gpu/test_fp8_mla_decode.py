@@ -273,7 +273,7 @@ def test_cuda_scales_tensor_and_per_token():
 @gpu_only
 @hopper_only
 @pytest.mark.parametrize("batch", [4, 32])  # 66 splits (merge kernel) and 8 (fused merge)
-def test_cuda_graph_replay_with_new_lengths(batch):
+def test_cuda_path_graph_replay_with_new_lengths(batch):
     """The CUDA path's split count also depends on batch and heads only: one capture, any lengths,
     and the fused merge's arrival counters are back at zero after every replay."""
     heads, max_tokens = 16, 40000

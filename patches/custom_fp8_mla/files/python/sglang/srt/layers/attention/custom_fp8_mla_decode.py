@@ -25,12 +25,16 @@ The split count is a host integer that depends only on the batch size and head c
 the sequence lengths), so one captured CUDA graph serves every length: each program derives its
 own KV range from the row's length, and programs past the end of a short row exit at once.
 
-Measured on one H200 (benchmarks/results/fp8_mla_decode.md): 1.5-1.7 TB/s of FP8 rows at batch
->= 8 with long rows, 1.1 TB/s at batch 1 x 128K; faster than SGLang 0.5.23's Triton decode on
+On Hopper with an FP8 cache, ``mla_decode`` runs the CUDA C++ kernel of the sibling module
+``<this module>_cuda`` (``fp8_mla_decode_cuda.py``; explicit shared-memory layout, no byte-wise operand
+loads; 1.2-2.0x faster than this kernel) unless a Triton ``config`` or ``impl="triton"`` is given;
+elsewhere (SM120 has no FlashMLA) and for BF16 caches this Triton kernel is the portable path.
+
+Measured on one H200 (benchmarks/results/fp8_mla_decode_triton_2026-11-29.md): 1.5-1.7 TB/s of FP8
+rows at batch >= 8 with long rows, 1.1 TB/s at batch 1 x 128K; faster than SGLang's Triton decode on
 every benchmark shape. HBM is not the limit (each byte is read from DRAM once): Triton 3.6 lowers
 the FP8 V operand, contracted over tokens but stored channel-contiguous, to byte-wise shared
 memory loads, and re-reads Q from shared memory in every warp; occupancy is 2 programs per SM.
-The results file has the profile and what would lift it.
 """
 
 from __future__ import annotations
