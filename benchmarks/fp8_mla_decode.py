@@ -46,14 +46,20 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kernels.fp8_mla_decode import (
-    D_KV,
-    D_NOPE,
-    DecodeConfig,
-    default_config,
-    mla_decode,
-    reference_mla_decode,
-)
+try:
+    from kernels.fp8_mla_decode import (
+        D_KV,
+        D_NOPE,
+        DecodeConfig,
+        default_config,
+        mla_decode,
+        reference_mla_decode,
+    )
+except ImportError as _exc:  # --report needs neither triton nor a GPU
+    D_KV, D_NOPE = 576, 512
+    _KERNELS_MISSING: ImportError | None = _exc
+else:
+    _KERNELS_MISSING = None
 
 SEED_POOL_TOKENS = 495_000
 L2_FLUSH_BYTES = 256 << 20  # KV bytes per replay to stay well outside the 60 MiB L2
@@ -527,6 +533,7 @@ def best_configs(rows: list[dict]) -> dict[tuple[int, int, int], DecodeConfig]:
 # Report
 
 
+NOTES_HEADING = "## Notes (by hand)"
 ERR_BAR = 2e-3  # the correctness bar for ours, vs the fp32 reference
 HOST_BAR_US = 20.0
 
@@ -635,6 +642,8 @@ def main() -> None:
     if args.report is not None:
         write_report(args.report, args.out)
         return
+    if _KERNELS_MISSING is not None:
+        sys.exit(f"the kernels need torch and triton: {_KERNELS_MISSING}")
     if args.profile:
         cfg = None
         if args.config:
@@ -699,10 +708,15 @@ def write_report(files: list[Path], out_dir: Path) -> None:
         meta["copy_tbps"] = statistics.mean(m["copy_tbps"] for m in metas)
         meta["host_us"] = {k: v for m in metas for k, v in m.get("host_us", {}).items()}
         meta["date"] = " / ".join(m["date"] for m in metas)
+        seen = [p for m in metas for p in m.get("peers", "").split(", ") if p and not p.endswith(" missing")]
+        meta["peers"] = ", ".join(dict.fromkeys(seen))
     (out_dir / "fp8_mla_decode.json").write_text(json.dumps(rows, indent=1) + "\n")
     (out_dir / "fp8_mla_decode_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    md_file = out_dir / "fp8_mla_decode.md"
+    old = md_file.read_text() if md_file.exists() else ""
+    notes = old[old.index(NOTES_HEADING):] if NOTES_HEADING in old else ""  # hand-written: kept
     md = markdown(rows, meta)
-    (out_dir / "fp8_mla_decode.md").write_text(md)
+    md_file.write_text(md + ("\n" + notes if notes else ""))
     print(md)
 
 
