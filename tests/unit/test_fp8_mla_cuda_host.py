@@ -68,6 +68,20 @@ def test_eligible_wants_half_precision_and_16_byte_rows():
     assert not cu.eligible(q[..., 1:513], q[..., 512:])  # 2 bytes off a 16-byte boundary
 
 
+def test_eligible_wants_16_byte_kv_rows_and_float32_scales():
+    q = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
+    qn, qr = q[..., :512], q[..., 512:]
+    pool = torch.zeros(64, 1, 576, dtype=torch.uint8)
+    assert cu.eligible(qn, qr, pool)
+    assert not cu.eligible(qn, qr, pool.view(-1)[8:8 + 63 * 576].view(63, 1, 576))  # rows 8 bytes off
+    padded = torch.zeros(64, 580, dtype=torch.uint8)[:, :576]  # 580-byte row pitch
+    assert not cu.eligible(qn, qr, padded)
+    assert cu.eligible(qn, qr, pool, torch.ones(64), torch.ones(1))
+    assert not cu.eligible(qn, qr, pool, torch.ones(64, dtype=torch.float16))
+    assert not cu.eligible(qn, qr, pool, torch.ones(128)[::2])
+    assert not cu.eligible(qn, qr, pool, None, torch.ones(1, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("cfg", [cu.CudaConfig(), cu.CudaConfig(stages=4, block_n=32)])
 def test_shared_memory_fits_the_ctas_per_sm_it_is_budgeted_for(cfg):
     smem = cu._smem_bytes(cfg.stages, cfg.block_n)

@@ -920,11 +920,19 @@ def _raw_stream(device: int) -> int:
 _Q_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def eligible(q_nope: torch.Tensor, q_rope: torch.Tensor) -> bool:
-    """What the kernel's 16-byte Q loads need (true for SGLang's absorbed query)."""
+def eligible(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor | None = None,
+             token_scale: torch.Tensor | None = None, k_scale: float | torch.Tensor = 1.0) -> bool:
+    """What the kernel reads needs: 16-byte aligned Q rows in BF16/FP16 (true for SGLang's absorbed
+    query) and KV rows (cp.async copies 16 bytes), float32 scales in contiguous memory."""
     sn, sr = q_nope.stride(), q_rope.stride()
-    return (q_nope.dtype in _Q_DTYPES and q_rope.dtype == q_nope.dtype
-            and not (q_nope.data_ptr() | q_rope.data_ptr()) & 15 and not (sn[0] | sn[1] | sr[0] | sr[1]) & 7)
+    if not (q_nope.dtype in _Q_DTYPES and q_rope.dtype == q_nope.dtype
+            and not (q_nope.data_ptr() | q_rope.data_ptr()) & 15 and not (sn[0] | sn[1] | sr[0] | sr[1]) & 7):
+        return False
+    if kv is not None and (kv.data_ptr() | kv.stride(0)) & 15:
+        return False
+    if token_scale is not None and (token_scale.dtype != torch.float32 or not token_scale.is_contiguous()):
+        return False
+    return not isinstance(k_scale, torch.Tensor) or k_scale.dtype == torch.float32
 
 
 def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, kv_indptr: torch.Tensor,

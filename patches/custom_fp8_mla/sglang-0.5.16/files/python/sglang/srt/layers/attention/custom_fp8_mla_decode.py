@@ -304,7 +304,8 @@ def _dot_dtype(kv_dtype: torch.dtype) -> tl.dtype:
 _CUDA_PATH: list = []  # [module] once imported, [None] once it failed (then Triton only)
 
 
-def _cuda_path(kv: torch.Tensor, q: torch.Tensor, q_rope: torch.Tensor, impl: str):
+def _cuda_path(kv: torch.Tensor, q: torch.Tensor, q_rope: torch.Tensor, impl: str,
+               token_scale: torch.Tensor | None = None, k_scale: float | torch.Tensor = 1.0):
     """The SM90 CUDA module (sibling ``<this module>_cuda``) when it should run, else None."""
     if impl == "triton" or _INTERPRET or kv.dtype != torch.float8_e4m3fn or q.device.type != "cuda":
         if impl == "cuda":
@@ -317,9 +318,12 @@ def _cuda_path(kv: torch.Tensor, q: torch.Tensor, q_rope: torch.Tensor, impl: st
             warnings.warn(f"FP8 MLA: CUDA path unavailable ({e}); using the Triton kernel", stacklevel=3)
             _CUDA_PATH.append(None)
     mod = _CUDA_PATH[0]
-    if mod is None or (impl == "auto" and not mod.supported(q.device)) or not mod.eligible(q, q_rope):
+    if (mod is None or (impl == "auto" and not mod.supported(q.device))
+            or not mod.eligible(q, q_rope, kv, token_scale, k_scale)):
         if impl == "cuda":
-            raise ValueError("impl='cuda' asked for, but the CUDA path is unavailable on this device")
+            raise ValueError("impl='cuda' asked for, but the CUDA path is unavailable on this device or the "
+                             "inputs are not laid out for it (16-byte aligned BF16/FP16 Q and KV rows, "
+                             "float32 scales)")
         return None
     return mod
 
@@ -350,7 +354,8 @@ def mla_decode(
     """
     _check_inputs(q_nope, q_rope, kv_cache, kv_indptr, kv_indices)
     batch, num_heads = q_nope.shape[:2]
-    cuda = _cuda_path(kv_cache, q_nope, q_rope, "triton" if (config is not None and impl == "auto") else impl)
+    cuda = _cuda_path(kv_cache, q_nope, q_rope, "triton" if (config is not None and impl == "auto") else impl,
+                      token_scale, k_scale)
     if cuda is not None:
         if out is None:
             out = torch.empty((batch, num_heads, D_NOPE), dtype=q_nope.dtype, device=q_nope.device)
