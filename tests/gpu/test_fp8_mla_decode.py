@@ -82,15 +82,20 @@ def check(out: torch.Tensor, ref: torch.Tensor, lens: list[int]) -> None:
 
 
 def run_case(lens, heads, config=None, k_scale=1.0, v_scale=1.0, token_scale=False, seed=0,
-             sm_scale=0.0625, impl="auto"):
+             sm_scale=0.0625, impl="auto", decode=None):
+    """Random inputs, the kernel (``decode(q, pool, indptr, indices, sm_scale, k_scale, v_scale, ts, out)``,
+    by default ``mla_decode_fp8`` with ``config``/``impl``) into a NaN-poisoned output, the check."""
     pool, indptr, indices, q = make_inputs(lens, heads, seed=seed)
     ts = None
     if token_scale:
         gen = torch.Generator(device="cpu").manual_seed(seed + 1)
         ts = (torch.rand(pool.shape[0], generator=gen) + 0.25).to(DEVICE)
     out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    mla_decode_fp8(q, pool, indptr, indices, sm_scale, k_scale=k_scale, v_scale=v_scale,
-                   token_scale=ts, out=out, config=config, impl=impl)
+    if decode is None:
+        mla_decode_fp8(q, pool, indptr, indices, sm_scale, k_scale=k_scale, v_scale=v_scale,
+                       token_scale=ts, out=out, config=config, impl=impl)
+    else:
+        decode(q, pool, indptr, indices, sm_scale, k_scale, v_scale, ts, out)
     k_ref = k_scale.item() if isinstance(k_scale, torch.Tensor) else k_scale
     ref = reference_mla_decode(q, pool, indptr, indices, sm_scale, k_ref, v_scale, ts)
     check(out, ref, lens)
@@ -225,19 +230,15 @@ ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9
 hopper_only = pytest.mark.skipif(not ON_HOPPER, reason="the CUDA path is built for and enabled on sm_90 only")
 
 
-def run_cuda(lens, heads, cfg=None, splits=None, seed=0, k_scale=1.0, v_scale=1.0, token_scale=False):
+def run_cuda(lens, heads, cfg=None, splits=None, **kwargs):
+    """``run_case`` through the CUDA path directly, with its geometry and split count."""
     from kernels import fp8_mla_decode_cuda as cu
 
-    pool, indptr, indices, q = make_inputs(lens, heads, seed=seed)
-    ts = None
-    if token_scale:
-        gen = torch.Generator(device="cpu").manual_seed(seed + 1)
-        ts = (torch.rand(pool.shape[0], generator=gen) + 0.25).to(DEVICE)
-    out = torch.full((len(lens), heads, D_NOPE), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    cu.mla_decode_cuda(q[..., :D_NOPE], q[..., D_NOPE:], pool, indptr, indices, 0.0625, k_scale, v_scale, ts,
-                       out, cfg, splits)
-    k_ref = k_scale.item() if isinstance(k_scale, torch.Tensor) else k_scale
-    check(out, reference_mla_decode(q, pool, indptr, indices, 0.0625, k_ref, v_scale, ts), lens)
+    def decode(q, pool, indptr, indices, sm_scale, k_scale, v_scale, ts, out):
+        cu.mla_decode_cuda(q[..., :D_NOPE], q[..., D_NOPE:], pool, indptr, indices, sm_scale, k_scale, v_scale,
+                           ts, out, cfg, splits)
+
+    run_case(lens, heads, decode=decode, **kwargs)
 
 
 @gpu_only
