@@ -5,8 +5,8 @@ arguments must sit exactly where the kernel reads its parameters (C struct layou
 count must depend on batch and heads only (CUDA-graph capture), Q's 16-byte loads need aligned
 views, and the kernel must build for sm_90 within its budget (registers and shared memory for two
 CTAs per SM, no spills). The compile test needs NVRTC (pip ``nvidia-cuda-nvrtc``, which
-``scripts/test`` installs); the kernel's numbers are checked on a GPU (test_fp8_mla_decode.py). Kept out of tests/unit: mutation
-testing runs tests/unit over a copy of harness/ that has no kernels/.
+``scripts/test`` installs); the kernel's numbers are checked on a GPU (test_fp8_mla_decode.py). Not in
+tests/unit: mutation testing runs tests/unit over a copy of harness/ that has no kernels/.
 """
 
 from __future__ import annotations
