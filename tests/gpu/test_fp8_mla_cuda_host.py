@@ -90,6 +90,17 @@ def test_shared_memory_fits_the_ctas_per_sm_it_is_budgeted_for(cfg):
     assert cfg.ctas_per_sm * (smem + 128 + 1024) <= H200_SMEM_PER_SM
 
 
+def test_grown_buffers_keep_the_old_one_alive_and_counters_start_at_zero():
+    k = object.__new__(cu._DeviceKernels)  # no GPU: only the buffer bookkeeping
+    k.retired, k.workspace, k.arrivals = [], None, None
+    first = k.workspace_for(10, torch.device("cpu"))
+    assert k.workspace_for(8, torch.device("cpu")) is first  # big enough: reused
+    second = k.workspace_for(100, torch.device("cpu"))
+    assert second.numel() == 100 and k.retired == [first]  # a captured graph may still use the first
+    counters = k.arrivals_for(5, torch.device("cpu"))
+    assert counters.numel() == 1024 and counters.dtype == torch.int32 and not counters.any()
+
+
 def _nvrtc_or_skip():
     try:
         return cu._nvrtc()

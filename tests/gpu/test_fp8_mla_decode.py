@@ -194,6 +194,17 @@ def test_pdl_merge():
     run_case([50000, 7], 8, DecodeConfig(num_splits=64, use_pdl=True))
 
 
+def capture(step, pool):
+    """``step`` run once eagerly, then captured; and the pool's slots that hold real rows (not NaN)."""
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    used = torch.nonzero(~torch.isnan(pool.view(-1, D_KV)[:, 0].float())).flatten().to(torch.int32)
+    return graph, used
+
+
 @gpu_only
 def test_cuda_graph_replay_with_new_lengths():
     """One capture serves any lengths: the split count depends on batch and heads only."""
@@ -208,12 +219,7 @@ def test_cuda_graph_replay_with_new_lengths():
     def step():
         mla_decode_fp8(q, pool, indptr, indices, 0.0625, out=out, config=config)
 
-    step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    used = torch.nonzero(~torch.isnan(pool.view(-1, D_KV)[:, 0].float())).flatten().to(torch.int32)
+    graph, used = capture(step, pool)
     for lens in ([10, 0, 30000, 9000], [1, 1, 1, 1], [0, 0, 0, 39990]):
         indptr.copy_(torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32))
         perm = used[torch.randperm(used.numel(), device=DEVICE)][: sum(lens)]
@@ -287,12 +293,7 @@ def test_cuda_path_graph_replay_with_new_lengths(batch):
     def step():
         mla_decode_fp8(q, pool, indptr, indices, 0.0625, out=out, impl="cuda")
 
-    step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    used = torch.nonzero(~torch.isnan(pool.view(-1, D_KV)[:, 0].float())).flatten().to(torch.int32)
+    graph, used = capture(step, pool)
     gen = torch.Generator().manual_seed(batch)
     for total in (batch, 30000, 39000):
         cuts = sorted(torch.randint(0, total + 1, (batch - 1,), generator=gen).tolist())

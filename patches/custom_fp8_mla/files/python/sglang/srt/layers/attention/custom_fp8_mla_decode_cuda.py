@@ -205,8 +205,8 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
 
   if (lo >= hi) {  /* an empty split: only its "nothing here" marker (or zeros for an empty row) */
     if (write_out || (arrivals != nullptr && seq_len == 0 && split == 0)) {
-      for (int i = tid; i < 16 * D_NOPE_; i += THREADS) {
-        int h = i / D_NOPE_, c = i % D_NOPE_;
+      for (int i = tid; i < 16 * 512; i += THREADS) {
+        int h = i / 512, c = i % 512;
         if (head0 + h < num_heads) out[b * s_o_b + (head0 + h) * s_o_h + c] = 0;
       }
     } else if (tid < 16 && head0 + tid < num_heads) {
@@ -651,7 +651,7 @@ mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse
     *(uint2*)dst = pk;
   }
 }
-""".replace("D_NOPE_", "512")
+"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -851,19 +851,22 @@ class _DeviceKernels:
         self.lock = threading.Lock()
 
     def arrivals_for(self, n: int, device: torch.device) -> torch.Tensor:
-        if self.arrivals is None or self.arrivals.numel() < n:
-            if self.arrivals is not None:
-                self.retired.append(self.arrivals)
-            self.arrivals = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        """Fused-merge counters: zero between calls (the merging CTA resets its own)."""
+        self.arrivals = self._grown(self.arrivals, max(n, 1024), torch.int32, device, zero=True)
         return self.arrivals
 
     def workspace_for(self, nfloats: int, device: torch.device) -> torch.Tensor:
-        if self.workspace is None or self.workspace.numel() < nfloats:
-            if self.workspace is not None:
-                # A CUDA graph captured earlier may still point at the old buffer: keep it alive.
-                self.retired.append(self.workspace)
-            self.workspace = torch.empty(nfloats, dtype=torch.float32, device=device)
+        self.workspace = self._grown(self.workspace, nfloats, torch.float32, device, zero=False)
         return self.workspace
+
+    def _grown(self, buf: torch.Tensor | None, n: int, dtype: torch.dtype, device: torch.device,
+               zero: bool) -> torch.Tensor:
+        if buf is not None and buf.numel() >= n:
+            return buf
+        if buf is not None:
+            # A CUDA graph captured earlier may still point at the old buffer: keep it alive.
+            self.retired.append(buf)
+        return (torch.zeros if zero else torch.empty)(n, dtype=dtype, device=device)
 
 
 _NVRTC: _Nvrtc | None = None
