@@ -23,21 +23,27 @@ explicit:
   ``sm_scale * k_scale * log2(e)`` (FP16, as in the Triton kernel), P is FP16, sums are FP32. The
   softmax max moves only when a score passes it by 8 (log2 units), so most steps take one barrier.
 - Split partials (FP32 + log2-sum-exp): with up to 16 splits the last split CTA of a row merges them
-  (one launch); with more (small batches) a second kernel does. One split writes BF16 directly.
+  (one launch), its weights computed once and up to 32 partial loads in flight per thread (a merge
+  with two dependent L2 round trips per head had cost ~10 us at the end of each call); with more
+  (small batches) a second kernel does, 64 channels per CTA. One split writes BF16 directly.
 
 Measured on one H200 against FlashMLA's FP8 kernel on the same pages
 (benchmarks/results/fp8_mla_decode.md): faster at 8/16 heads with long rows (up to 1.29x, 3.3-3.7
 TB/s at batch >= 64 and 32K+), slower on short rows and at 64/128 heads, where FlashMLA's FP8 wgmma
 tiles of 64 heads do 4-8x less work per token than 16-head mma.sync tiles.
 
-Host side (an eager call costs ~17 us with one launch): compiled modules, functions and the split
-workspace are cached per device; arguments are packed into a reused buffer; no allocation (besides
-the output when none is given) and no device sync per call.
+Host side: compiled modules, functions, the split workspace and each (batch, heads) launch plan are
+cached per device; each tensor attribute is read once per call (the layout check uses the values
+that get packed); arguments are packed into a reused buffer and cuLaunchKernel is called without
+ctypes argtypes; no allocation (besides the output when none is given) and no device sync per call.
+An eager call costs 0.6-0.7x the host time of the 2026-11-30 version in the same process
+(benchmarks/results/fp8_mla_cuda_2026-12-01/).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import struct
@@ -52,6 +58,8 @@ D_ROPE = 64
 D_KV = D_NOPE + D_ROPE
 LOG2E = 1.4426950408889634
 HEAD_TILE = 16  # heads per CTA (the MMA's M); 8 heads are padded
+MERGE_COLS = 64  # output channels per CTA of the separate merge kernel (the source's MERGE_COLS)
+FUSED_MERGE_LIMIT = 16  # most splits the fused merge handles (its weights: 16 heads x 16 splits)
 
 CUDA_SOURCE = r"""
 typedef unsigned int u32;
@@ -152,14 +160,39 @@ __device__ __forceinline__ u16 float_to_out(float f) {
   return r;
 }
 
-/* L2 loads (not L1: other SMs wrote these) for the fused merge. */
-__device__ __forceinline__ float ld_cg(const float* p) {
-  float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v;
-}
-__device__ __forceinline__ float4 ld_cg4(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-  return v;
+/* The fused merge of a row (the last split CTA of the row merges): loads from L2 (__ldcg, not L1:
+   other SMs wrote the partials), HB heads x MS splits of this thread's 4 channels in flight at once,
+   so a row costs 16 / HB round trips to L2 instead of two per head. Weights w_s[h][sp] are already
+   normalised (and carry v_scale); slots past the active splits are 0 and not loaded. */
+template <int HB, int MS>
+__device__ __forceinline__ void fused_merge_columns(const float* __restrict__ mid_o, const float* w_s,
+                                                    u16* __restrict__ out_row, int heads_here, int active,
+                                                    int num_splits, i64 s_o_h, int c4) {
+  for (int h0 = 0; h0 < heads_here; h0 += HB) {
+    float4 p[HB][MS];
+#pragma unroll
+    for (int hh = 0; hh < HB; ++hh)
+#pragma unroll
+      for (int sp = 0; sp < MS; ++sp)
+        p[hh][sp] = (h0 + hh < heads_here && sp < active)
+                        ? __ldcg((const float4*)(mid_o + ((i64)(h0 + hh) * num_splits + sp) * 512 + c4))
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int hh = 0; hh < HB; ++hh) {
+      if (h0 + hh < heads_here) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int sp = 0; sp < MS; ++sp) {
+          const float w = w_s[(h0 + hh) * 16 + sp];
+          acc.x += w * p[hh][sp].x; acc.y += w * p[hh][sp].y; acc.z += w * p[hh][sp].z; acc.w += w * p[hh][sp].w;
+        }
+        uint2 pk;
+        pk.x = (u32)float_to_out(acc.x) | ((u32)float_to_out(acc.y) << 16);
+        pk.y = (u32)float_to_out(acc.z) | ((u32)float_to_out(acc.w) << 16);
+        *(uint2*)(out_row + (h0 + hh) * s_o_h + c4) = pk;
+      }
+    }
+  }
 }
 
 /* XOR swizzle of the latent part's 16-byte chunks by row, chosen so that the Q.K^T reads (rows g,
@@ -543,34 +576,44 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   __threadfence();
   const float NEG_INF = -__int_as_float(0x7f800000);
   const i64 row_base = ((i64)b * num_heads + head0) * num_splits;
-  for (int i = tid; i < 16 * 128; i += THREADS) {
-    const int h = i >> 7, c4 = (i & 127) * 4;
-    if (head0 + h >= num_heads) continue;
-    const i64 hb = row_base + (i64)h * num_splits;
-    float m = NEG_INF;
-    for (int sp = 0; sp < active; ++sp) m = fmaxf(m, ld_cg(mid_lse + hb + sp));
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float den = 0.f;
-    for (int sp = 0; sp < active; ++sp) {
-      const float w = fast_exp2(ld_cg(mid_lse + hb + sp) - m);
-      const float4 pv = ld_cg4(mid_o + (hb + sp) * 512 + c4);
-      acc.x += w * pv.x; acc.y += w * pv.y; acc.z += w * pv.z; acc.w += w * pv.w;
-      den += w;
-    }
+  /* Weights first, all 16 x active log-sum-exps loaded at once: 8 threads a head, 2 splits each
+     (active <= 16 here), normalised with v_scale into shared memory (the output staging is done). */
+  float* w_s = (float*)smem;
+  {
+    const int h = tid >> 3, j = tid & 7;
+    const bool live = head0 + h < num_heads;
+    const float* lse = mid_lse + row_base + (i64)h * num_splits;
+    const float l0 = live && j < active ? __ldcg(lse + j) : NEG_INF;
+    const float l1 = live && j + 8 < active ? __ldcg(lse + j + 8) : NEG_INF;
+    float m = fmaxf(l0, l1);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));  /* within the 8 */
+    const float w0 = l0 == NEG_INF ? 0.f : fast_exp2(l0 - m), w1 = l1 == NEG_INF ? 0.f : fast_exp2(l1 - m);
+    float den = w0 + w1;
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) den += __shfl_xor_sync(0xffffffff, den, o);
     const float k = den > 0.f ? v_scale / den : 0.f;
-    u16* dst = out + b * s_o_b + (head0 + h) * s_o_h + c4;
-    uint2 pk;
-    pk.x = (u32)float_to_out(acc.x * k) | ((u32)float_to_out(acc.y * k) << 16);
-    pk.y = (u32)float_to_out(acc.z * k) | ((u32)float_to_out(acc.w * k) << 16);
-    *(uint2*)dst = pk;
+    w_s[h * 16 + j] = w0 * k;
+    w_s[h * 16 + j + 8] = w1 * k;
   }
+  __syncthreads();
+  const int heads_here = min(16, num_heads - head0);
+  const float* src = mid_o + row_base * 512;
+  u16* dst = out + b * s_o_b + head0 * s_o_h;
+  static_assert(THREADS * 4 == 512, "one thread a float4 column of the 512 channels");
+  if (active <= 4) fused_merge_columns<8, 4>(src, w_s, dst, heads_here, active, num_splits, s_o_h, tid * 4);
+  else if (active <= 8) fused_merge_columns<4, 8>(src, w_s, dst, heads_here, active, num_splits, s_o_h, tid * 4);
+  else fused_merge_columns<2, 16>(src, w_s, dst, heads_here, active, num_splits, s_o_h, tid * 4);
 }
 
-/* Log-sum-exp merge of the splits. CTA = (row, head) x a quarter of the channels (128); 8 warps,
-   warp w takes splits w, w + 8, ...; a lane a float4. Weights are computed once into shared memory
-   and the partial loads are unrolled, so many loads are in flight (the merge is what a small batch
-   waits on: 16 heads x 256 splits at batch 1). */
+/* Log-sum-exp merge of the splits (more than the fused merge takes: small batches). CTA = (row, head)
+   x an eighth of the channels (64); 8 warps, each half-warp a split at a time (lane & 15 a float4):
+   half-warp 2 w + hf takes splits 2 w + hf + 16 k, MERGE_UNROLL of them in flight. Weights are
+   computed once into shared memory. This is what a small batch waits on (16 heads x 264 splits at
+   batch 1), so the grid is finer and the loads deeper than the data alone would need. */
 #define MERGE_WARPS 8
+#define MERGE_COLS 64  /* channels a merge CTA takes: 16 lanes x float4 (the host's MERGE_COLS) */
+#define MERGE_UNROLL 8
 extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32)
 mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse, u16* __restrict__ out,
               const int* __restrict__ indptr, float v_scale, int min_chunk, int num_heads, int num_splits,
@@ -580,8 +623,9 @@ mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse
   __shared__ float red[MERGE_WARPS][33];
   __shared__ float4 acc_s[MERGE_WARPS][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int half = 2 * warp + (lane >> 4);  /* 0 .. 2 MERGE_WARPS - 1 */
   const int b = blockIdx.x / num_heads, h = blockIdx.x % num_heads;
-  const int c4 = blockIdx.y * 128 + lane * 4;
+  const int c4 = blockIdx.y * MERGE_COLS + (lane & 15) * 4;
   const int seq_len = indptr[b + 1] - indptr[b];
   const int chunk = split_chunk(seq_len, num_splits, min_chunk);
   const int active = min((seq_len + chunk - 1) / chunk, num_splits);
@@ -610,38 +654,36 @@ mla_fp8_merge(const float* __restrict__ mid_o, const float* __restrict__ mid_lse
   __syncthreads();  /* all weights written; red[][32] read by everyone before reuse */
   if (lane == 0) red[warp][0] = den;
 
+  const int stride = 2 * MERGE_WARPS;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  int s = warp;
-  for (; s + 3 * MERGE_WARPS < active; s += 4 * MERGE_WARPS) {
-    float4 p[4];
-    float w[4];
+  int s = half;
+  for (; s + (MERGE_UNROLL - 1) * stride < active; s += MERGE_UNROLL * stride) {
+    float4 p[MERGE_UNROLL];
+    float w[MERGE_UNROLL];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      w[u] = w_s[s + u * MERGE_WARPS];
-      p[u] = w[u] > 0.f ? *(const float4*)(mid_o + (base + s + u * MERGE_WARPS) * 512 + c4)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int u = 0; u < MERGE_UNROLL; ++u) {
+      w[u] = w_s[s + u * stride];  /* every split below `active` wrote its partial: no guard, all in flight */
+      p[u] = *(const float4*)(mid_o + (base + s + u * stride) * 512 + c4);
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
+    for (int u = 0; u < MERGE_UNROLL; ++u) {
       acc.x += w[u] * p[u].x; acc.y += w[u] * p[u].y; acc.z += w[u] * p[u].z; acc.w += w[u] * p[u].w;
     }
   }
-  for (; s < active; s += MERGE_WARPS) {
+  for (; s < active; s += stride) {
     const float w = w_s[s];
-    if (w > 0.f) {
-      const float4 p = *(const float4*)(mid_o + (base + s) * 512 + c4);
-      acc.x += w * p.x; acc.y += w * p.y; acc.z += w * p.z; acc.w += w * p.w;
-    }
+    const float4 p = *(const float4*)(mid_o + (base + s) * 512 + c4);
+    acc.x += w * p.x; acc.y += w * p.y; acc.z += w * p.z; acc.w += w * p.w;
   }
   acc_s[warp][lane] = acc;
   __syncthreads();
-  if (warp == 0) {
+  if (warp == 0 && lane < 16) {
     float denom = 0.f;
     float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < MERGE_WARPS; ++i) {
       denom += red[i][0];
-      const float4 a = acc_s[i][lane];
-      t.x += a.x; t.y += a.y; t.z += a.z; t.w += a.w;
+      const float4 a = acc_s[i][lane], a2 = acc_s[i][lane + 16];
+      t.x += a.x + a2.x; t.y += a.y + a2.y; t.z += a.z + a2.z; t.w += a.w + a2.w;
     }
     const float k = denom > 0.f ? v_scale / denom : 0.f;
     u16* dst = out + b * s_o_b + h * s_o_h + c4;
@@ -737,10 +779,22 @@ class _Nvrtc:
 class _Driver:
     def __init__(self) -> None:
         self.lib = _load_first(["libcuda.so.1", "libcuda.so"], "the CUDA driver")
-        self.lib.cuLaunchKernel.argtypes = [
-            ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self.launch = self.lib.cuLaunchKernel
+        # cuLaunchKernel(f, grid x/y/z, block x/y/z, shared bytes, stream, params, extra) is called with
+        # no argtypes on purpose: converting 11 declared arguments costs ctypes ~2 us a call. So every
+        # pointer goes in as a c_void_p object (a plain int would be cut to 32 bits) and the seven
+        # unsigned ints as Python ints (passed as C int: the same registers and stack slots).
+        self.launch = self.lib["cuLaunchKernel"]
+        self.launch.restype = ctypes.c_int
+        self._streams: dict[int, ctypes.c_void_p] = {}
+
+    def stream(self, raw: int) -> ctypes.c_void_p:
+        """The launch argument for a raw stream handle (one object per stream, not one per call)."""
+        arg = self._streams.get(raw)
+        if arg is None:
+            if len(self._streams) > 64:
+                self._streams.clear()
+            arg = self._streams[raw] = ctypes.c_void_p(raw)
+        return arg
 
     def check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -794,9 +848,9 @@ class _ArgBlock:
             off += size
         assert -(-off // 8) * 8 == self.layout.size, "the struct format must be naturally aligned"
         self.params = (ctypes.c_void_p * len(offsets))(*offsets)
-
-    def pack(self, *values) -> None:
-        self.layout.pack_into(self.buffer, 0, *values)
+        self.params_arg = ctypes.c_void_p(ctypes.addressof(self.params))  # cuLaunchKernel's void **params
+        # pack(*values) writes the arguments in place: bound once, no Python frame of ours per call.
+        self.pack = functools.partial(self.layout.pack_into, self.buffer, 0)
 
 
 # mla_fp8_split: 11 pointers; qk_scale, v_scale; min_chunk, num_heads; 7 strides
@@ -814,7 +868,12 @@ class CudaConfig:
     defines: tuple[str, ...] = ()  # extra -D switches (experiments: SKIP_QK, SKIP_PV)
     # Up to this many splits the last split CTA of a row merges (one launch); more (small batches)
     # get the separate merge kernel, whose many CTAs read the partials in parallel.
-    fused_merge_max: int = 16
+    fused_merge_max: int = FUSED_MERGE_LIMIT
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.fused_merge_max <= FUSED_MERGE_LIMIT:
+            raise ValueError(f"fused_merge_max must be 0..{FUSED_MERGE_LIMIT} (the fused merge's weight table), "
+                             f"got {self.fused_merge_max}")
 
 
 _DEFAULT = CudaConfig()
@@ -847,7 +906,7 @@ class _DeviceKernels:
         self.workspace: torch.Tensor | None = None
         self.arrivals: torch.Tensor | None = None  # fused-merge counters, zero between calls
         self.retired: list[torch.Tensor] = []
-        self.splits_for: dict[tuple[int, int, int], int] = {}
+        self.plans: dict[tuple[int, int, int | None], _Plan] = {}
         self.lock = threading.Lock()
 
     def arrivals_for(self, n: int, device: torch.device) -> torch.Tensor:
@@ -864,8 +923,10 @@ class _DeviceKernels:
         if buf is not None and buf.numel() >= n:
             return buf
         if buf is not None:
-            # A CUDA graph captured earlier may still point at the old buffer: keep it alive.
+            # A CUDA graph captured earlier may still point at the old buffer: keep it alive. Plans
+            # made later point at the new one.
             self.retired.append(buf)
+        self.plans = {}
         return (torch.zeros if zero else torch.empty)(n, dtype=dtype, device=device)
 
 
@@ -896,16 +957,19 @@ def _kernels(device: int, q_fp16: bool, cfg: CudaConfig) -> _DeviceKernels:
     return k
 
 
-_SUPPORTED: dict[int | None, bool] = {}
+_SUPPORTED: dict[int, bool] = {}
 
 
-def supported(device: torch.device) -> bool:
-    """Hopper (sm_90) only: the kernel is tuned and tested there; elsewhere Triton runs."""
-    if device.type != "cuda":
-        return False
-    ok = _SUPPORTED.get(device.index)
+def supported(device: torch.device | int) -> bool:
+    """Hopper (sm_90) only: the kernel is tuned and tested there; elsewhere Triton runs. ``device`` is a
+    torch device or a CUDA device index (``tensor.get_device()``: -1 for the CPU)."""
+    if not isinstance(device, int):
+        if device.type != "cuda":
+            return False
+        device = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _SUPPORTED.get(device)
     if ok is None:
-        ok = _SUPPORTED[device.index] = torch.cuda.get_device_capability(device)[0] == 9
+        ok = _SUPPORTED[device] = device >= 0 and torch.cuda.get_device_capability(device)[0] == 9
     return ok
 
 
@@ -915,75 +979,125 @@ def num_splits(batch: int, num_heads: int, sms: int, ctas_per_sm: int) -> int:
     return max(1, min(512, round(sms * ctas_per_sm / tiles)))  # the merge holds <= 512 weights
 
 
+_GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # looked up once: ~1 us a call
+
+
 def _raw_stream(device: int) -> int:
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object per call
-    return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
+    if _GET_RAW_STREAM is not None:  # no Stream object per call
+        return _GET_RAW_STREAM(device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 _Q_DTYPES = (torch.bfloat16, torch.float16)
 
 
+class LayoutError(ValueError):
+    """The inputs are not laid out for the CUDA path (see :func:`eligible`); the dispatch runs Triton."""
+
+
+def _misaligned(qn_ptr: int, qr_ptr: int, sqn: tuple[int, ...], sqr: tuple[int, ...], kv_ptr: int,
+                kv_row: int) -> bool:
+    """16-byte loads of Q rows (8 half-precision elements) and cp.async copies of KV rows (16 bytes)."""
+    return bool((qn_ptr | qr_ptr) & 15 or (sqn[0] | sqn[1] | sqr[0] | sqr[1]) & 7 or (kv_ptr | kv_row) & 15)
+
+
+def _scales_unfit(token_scale: torch.Tensor | None, k_scale: float | torch.Tensor) -> bool:
+    if token_scale is not None and (token_scale.dtype != torch.float32 or not token_scale.is_contiguous()):
+        return True
+    return isinstance(k_scale, torch.Tensor) and k_scale.dtype != torch.float32
+
+
 def eligible(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor | None = None,
              token_scale: torch.Tensor | None = None, k_scale: float | torch.Tensor = 1.0) -> bool:
     """What the kernel reads needs: 16-byte aligned Q rows in BF16/FP16 (true for SGLang's absorbed
-    query) and KV rows (cp.async copies 16 bytes), float32 scales in contiguous memory."""
-    sn, sr = q_nope.stride(), q_rope.stride()
-    if not (q_nope.dtype in _Q_DTYPES and q_rope.dtype == q_nope.dtype
-            and not (q_nope.data_ptr() | q_rope.data_ptr()) & 15 and not (sn[0] | sn[1] | sr[0] | sr[1]) & 7):
+    query) and KV rows (cp.async copies 16 bytes), float32 scales in contiguous memory.
+    ``mla_decode_cuda`` checks the same itself (raising :class:`LayoutError`)."""
+    if q_nope.dtype not in _Q_DTYPES or q_rope.dtype != q_nope.dtype or _scales_unfit(token_scale, k_scale):
         return False
-    if kv is not None and (kv.data_ptr() | kv.stride(0)) & 15:
-        return False
-    if token_scale is not None and (token_scale.dtype != torch.float32 or not token_scale.is_contiguous()):
-        return False
-    return not isinstance(k_scale, torch.Tensor) or k_scale.dtype == torch.float32
+    kv_ptr, kv_row = (kv.data_ptr(), kv.stride(0)) if kv is not None else (0, 0)
+    return not _misaligned(q_nope.data_ptr(), q_rope.data_ptr(), q_nope.stride(), q_rope.stride(), kv_ptr, kv_row)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a (batch, heads, splits) call launches, worked out once: the split count depends on batch
+    and heads only (CUDA-graph capture), the pointers on the device's workspace (plans are dropped
+    when it grows)."""
+
+    grid: tuple[int, int, int]
+    n_split: int
+    fused: bool
+    min_chunk: int
+    ws_ptr: int
+    lse_ptr: int
+    arrivals_ptr: int
+
+
+def _plan(k: _DeviceKernels, cfg: CudaConfig, batch: int, num_heads: int, splits: int | None,
+          device: torch.device) -> _Plan:
+    n_split = splits or num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
+    tiles = (num_heads + HEAD_TILE - 1) // HEAD_TILE
+    fused = 1 < n_split <= cfg.fused_merge_max
+    ws_ptr = lse_ptr = arrivals_ptr = 0
+    if n_split > 1:
+        ws_ptr = k.workspace_for(batch * num_heads * n_split * (D_NOPE + 1), device).data_ptr()
+        lse_ptr = ws_ptr + batch * num_heads * n_split * D_NOPE * 4
+        if fused:
+            arrivals_ptr = k.arrivals_for(batch * tiles, device).data_ptr()
+    min_chunk = max(1, -(-cfg.min_chunk // cfg.block_n)) * cfg.block_n
+    return _Plan((tiles, n_split, batch), n_split, fused, min_chunk, ws_ptr, lse_ptr, arrivals_ptr)
 
 
 def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, kv_indptr: torch.Tensor,
                     kv_indices: torch.Tensor, sm_scale: float, k_scale: float | torch.Tensor,
                     v_scale: float, token_scale: torch.Tensor | None, out: torch.Tensor,
                     config: CudaConfig | None = None, splits: int | None = None) -> torch.Tensor:
-    """The split + merge launches; inputs already checked by ``fp8_mla_decode.mla_decode``.
+    """The split + merge launches; shapes already checked by ``fp8_mla_decode.mla_decode``.
 
     ``kv`` is ``[tokens, 576]`` or ``[tokens, 1, 576]`` float8_e4m3fn with unit strides inside a
-    row; ``out`` ``[batch, heads, 512]`` in Q's dtype; ``eligible(q_nope, q_rope)`` holds.
+    row; ``out`` ``[batch, heads, 512]`` in Q's dtype. Raises :class:`LayoutError` (nothing launched)
+    when the layout is not what :func:`eligible` accepts. Each tensor attribute is read once: an eager
+    call's host time is what decode pays per layer without CUDA graphs.
     """
     cfg = config or _DEFAULT
-    dev = q_nope.get_device()
-    k = _kernels(dev, q_nope.dtype == torch.float16, cfg)
-    batch, num_heads = q_nope.shape[0], q_nope.shape[1]
-    key = (batch, num_heads, cfg.ctas_per_sm)
-    n_split = splits or k.splits_for.get(key)
-    if n_split is None:
-        n_split = k.splits_for[key] = num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
-    tiles = (num_heads + HEAD_TILE - 1) // HEAD_TILE
-    fused = 1 < n_split <= cfg.fused_merge_max
-    min_chunk = max(1, -(-cfg.min_chunk // cfg.block_n)) * cfg.block_n
-    k_in_mem = isinstance(k_scale, torch.Tensor)
+    q_dtype = q_nope.dtype
+    if q_dtype not in _Q_DTYPES or q_rope.dtype != q_dtype or _scales_unfit(token_scale, k_scale):
+        raise LayoutError("the CUDA path wants BF16/FP16 Q and float32 scales")
     sqn, sqr, so = q_nope.stride(), q_rope.stride(), out.stride()
-    drv = _driver()
-    ws_ptr = lse_ptr = arrivals_ptr = 0
-    if n_split > 1:
-        ws_ptr = k.workspace_for(batch * num_heads * n_split * (D_NOPE + 1), q_nope.device).data_ptr()
-        lse_ptr = ws_ptr + batch * num_heads * n_split * D_NOPE * 4
-        if fused:
-            arrivals_ptr = k.arrivals_for(batch * tiles, q_nope.device).data_ptr()
+    qn_ptr, qr_ptr, kv_ptr, kv_row = q_nope.data_ptr(), q_rope.data_ptr(), kv.data_ptr(), kv.stride(0)
+    if _misaligned(qn_ptr, qr_ptr, sqn, sqr, kv_ptr, kv_row):
+        raise LayoutError("the CUDA path wants 16-byte aligned Q and KV rows")
+    dev = q_nope.get_device()
+    k = _kernels(dev, q_dtype == torch.float16, cfg)
+    batch, num_heads = q_nope.shape[:2]
+    key = (batch, num_heads, splits)
+    plan = k.plans.get(key)
+    if plan is None:
+        plan = k.plans[key] = _plan(k, cfg, batch, num_heads, splits, q_nope.device)
+    k_in_mem = isinstance(k_scale, torch.Tensor)
     qk_scale = sm_scale * LOG2E * (1.0 if k_in_mem else float(k_scale))
     out_ptr, indptr_ptr = out.data_ptr(), kv_indptr.data_ptr()
+    drv = _driver()
     with k.lock:
         k.split_args.pack(
-            q_nope.data_ptr(), q_rope.data_ptr(), kv.data_ptr(), indptr_ptr, kv_indices.data_ptr(),
+            qn_ptr, qr_ptr, kv_ptr, indptr_ptr, kv_indices.data_ptr(),
             token_scale.data_ptr() if token_scale is not None else 0, k_scale.data_ptr() if k_in_mem else 0,
-            ws_ptr, lse_ptr, out_ptr, arrivals_ptr, qk_scale, float(v_scale), min_chunk, num_heads,
-            sqn[0], sqn[1], sqr[0], sqr[1], kv.stride(0), so[0], so[1])
-        stream = _raw_stream(dev)
-        drv.check(drv.launch(k.split, tiles, n_split, batch, 128, 1, 1, k.smem, stream, k.split_args.params, None),
-                  "launch of mla_fp8_split")
-        if n_split > 1 and not fused:
-            k.merge_args.pack(ws_ptr, lse_ptr, out_ptr, indptr_ptr, float(v_scale), min_chunk, num_heads, n_split,
-                              so[0], so[1])
-            drv.check(drv.launch(k.merge, batch * num_heads, D_NOPE // 128, 1, 256, 1, 1, 0, stream,
-                                 k.merge_args.params, None), "launch of mla_fp8_merge")
+            plan.ws_ptr, plan.lse_ptr, out_ptr, plan.arrivals_ptr, qk_scale, float(v_scale), plan.min_chunk,
+            num_heads, sqn[0], sqn[1], sqr[0], sqr[1], kv_row, so[0], so[1])
+        stream = drv.stream(_raw_stream(dev))
+        gx, gy, gz = plan.grid
+        rc = drv.launch(k.split, gx, gy, gz, 128, 1, 1, k.smem, stream, k.split_args.params_arg, None)
+        if rc:
+            drv.check(rc, "launch of mla_fp8_split")
+        if plan.n_split > 1 and not plan.fused:
+            k.merge_args.pack(plan.ws_ptr, plan.lse_ptr, out_ptr, indptr_ptr, float(v_scale), plan.min_chunk,
+                              num_heads, plan.n_split, so[0], so[1])
+            rc = drv.launch(k.merge, batch * num_heads, D_NOPE // MERGE_COLS, 1, 256, 1, 1, 0, stream,
+                            k.merge_args.params_arg, None)
+            if rc:
+                drv.check(rc, "launch of mla_fp8_merge")
     return out
 
 
-__all__ = ["CUDA_SOURCE", "CudaConfig", "CudaKernelError", "eligible", "mla_decode_cuda", "num_splits", "supported"]
+__all__ = ["CUDA_SOURCE", "CudaConfig", "CudaKernelError", "LayoutError", "eligible", "mla_decode_cuda",
+           "num_splits", "supported"]

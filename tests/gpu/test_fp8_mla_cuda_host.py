@@ -101,6 +101,69 @@ def test_grown_buffers_keep_the_old_one_alive_and_counters_start_at_zero():
     assert counters.numel() == 1024 and counters.dtype == torch.int32 and not counters.any()
 
 
+def test_cuda_call_refuses_a_layout_it_cannot_read_before_launching():
+    """mla_decode_cuda checks the layout from the values it packs anyway (no second pass in the dispatch),
+    and refuses before it touches the device: here the tensors are on the CPU and nothing is compiled."""
+    q = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
+    pool = torch.zeros(64, 1, 576, dtype=torch.float8_e4m3fn)
+    indptr, idx = torch.tensor([0, 1, 2], dtype=torch.int32), torch.arange(2, dtype=torch.int32)
+    out = torch.empty(2, 16, 512, dtype=torch.bfloat16)
+    args = (pool, indptr, idx, 0.1)
+    with pytest.raises(cu.LayoutError, match="16-byte"):
+        cu.mla_decode_cuda(q[..., 1:513], q[..., 512:], *args, 1.0, 1.0, None, out)
+    with pytest.raises(cu.LayoutError, match="16-byte"):
+        cu.mla_decode_cuda(q[..., :512], q[..., 512:], pool.view(-1)[8:8 + 63 * 576].view(63, 576), indptr, idx,
+                           0.1, 1.0, 1.0, None, out)
+    with pytest.raises(cu.LayoutError, match="float32"):
+        cu.mla_decode_cuda(q[..., :512], q[..., 512:], *args, 1.0, 1.0, torch.ones(64, dtype=torch.float16), out)
+    with pytest.raises(cu.LayoutError, match="BF16/FP16"):
+        cu.mla_decode_cuda(q.float()[..., :512], q.float()[..., 512:], *args, 1.0, 1.0, None, out)
+    assert cu._KERNELS == {}, "nothing may be compiled or launched for a refused layout"
+
+
+def test_the_merge_grid_is_the_width_the_kernel_takes():
+    assert f"#define MERGE_COLS {cu.MERGE_COLS} " in cu.CUDA_SOURCE and cu.D_NOPE % cu.MERGE_COLS == 0
+
+
+def test_config_refuses_more_fused_splits_than_the_merge_holds():
+    assert cu.CudaConfig(fused_merge_max=cu.FUSED_MERGE_LIMIT).fused_merge_max == 16
+    with pytest.raises(ValueError, match="fused_merge_max"):
+        cu.CudaConfig(fused_merge_max=cu.FUSED_MERGE_LIMIT + 1)
+
+
+def _bare_kernels() -> cu._DeviceKernels:
+    k = object.__new__(cu._DeviceKernels)  # no GPU: only the host-side bookkeeping
+    k.retired, k.workspace, k.arrivals, k.plans, k.sms = [], None, None, {}, 132
+    return k
+
+
+def test_a_plan_points_into_the_workspace_and_is_dropped_when_it_grows():
+    k, cfg, cpu = _bare_kernels(), cu.CudaConfig(), torch.device("cpu")
+    small = cu._plan(k, cfg, 64, 16, None, cpu)  # 4 splits: fused merge, counters
+    assert small.grid == (1, small.n_split, 64) and small.n_split == cu.num_splits(64, 16, 132, 2)
+    assert small.fused and small.arrivals_ptr == k.arrivals.data_ptr()
+    ws = k.workspace
+    assert small.ws_ptr == ws.data_ptr()
+    assert small.lse_ptr + 64 * 16 * small.n_split * 4 <= ws.data_ptr() + ws.numel() * 4  # the lse fit
+    k.plans[(64, 16, None)] = small
+    big = cu._plan(k, cfg, 2, 16, None, cpu)  # 132 splits: the merge kernel, a larger workspace
+    assert not big.fused and big.grid == (1, 132, 2)
+    assert k.plans == {} and k.retired == [ws], "plans made before the growth point at the old buffer"
+    assert big.ws_ptr == k.workspace.data_ptr()
+
+
+def test_launch_arguments_are_pointer_objects_not_plain_ints():
+    """cuLaunchKernel is called without argtypes (they cost ~2 us a call): a pointer passed as a plain
+    int would be cut to 32 bits, so the stream and the parameter array go in as c_void_p objects."""
+    drv = object.__new__(cu._Driver)
+    drv._streams = {}
+    s = drv.stream(0x7F00DEADBEEF)
+    assert isinstance(s, ctypes.c_void_p) and s.value == 0x7F00DEADBEEF and drv.stream(0x7F00DEADBEEF) is s
+    block = cu._ArgBlock(cu._SPLIT_FMT)
+    assert isinstance(block.params_arg, ctypes.c_void_p)
+    assert block.params_arg.value == ctypes.addressof(block.params)
+
+
 def _nvrtc_or_skip():
     try:
         return cu._nvrtc()

@@ -256,7 +256,8 @@ def test_cuda_path_default(lens, heads):
 
 @gpu_only
 @hopper_only
-@pytest.mark.parametrize("splits", [1, 2, 16, 17, 264, 512])  # <= 16: the last split CTA merges
+# <= 16: the last split CTA merges (its three batch shapes: <= 4, <= 8, <= 16 active splits)
+@pytest.mark.parametrize("splits", [1, 2, 4, 5, 8, 9, 16, 17, 264, 512])
 def test_cuda_split_counts_and_both_merges(splits):
     run_cuda([1, 999, 20000, 0, 64, 65], 16, splits=splits)
 
@@ -306,3 +307,19 @@ def test_cuda_path_graph_replay_with_new_lengths(batch):
             graph.replay()
             torch.cuda.synchronize()
             check(out, reference_mla_decode(q, pool, indptr, indices[: sum(lens)], 0.0625), lens)
+
+
+@gpu_only
+@hopper_only
+def test_auto_dispatch_runs_triton_for_a_layout_the_cuda_path_cannot_read():
+    """A q_rope view 8 bytes off a 16-byte boundary: the CUDA path refuses it as it launches
+    (LayoutError), "auto" then computes the same call with Triton, "cuda" says why it cannot."""
+    lens = [300, 41]
+    pool, indptr, indices, q = make_inputs(lens, 16, seed=12)
+    q_wide = torch.zeros(2, 16, 1024, dtype=torch.bfloat16, device=DEVICE)
+    q_wide[..., :D_NOPE], q_wide[..., 700:764] = q[..., :D_NOPE], q[..., D_NOPE:]
+    q_nope, q_rope = q_wide[..., :D_NOPE], q_wide[..., 700:764]
+    out = mla_decode(q_nope, q_rope, pool, indptr, indices, 0.1)
+    check(out, reference_mla_decode(q, pool, indptr, indices, 0.1), lens)
+    with pytest.raises(ValueError, match="not laid out for it"):
+        mla_decode(q_nope, q_rope, pool, indptr, indices, 0.1, impl="cuda")

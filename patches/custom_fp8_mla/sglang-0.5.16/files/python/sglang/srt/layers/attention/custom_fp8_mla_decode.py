@@ -277,17 +277,18 @@ def _merge_kernel(
 
 def _check_inputs(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor,
                   kv_indptr: torch.Tensor, kv_indices: torch.Tensor) -> None:
-    if q_nope.dim() != 3 or q_nope.shape[-1] != D_NOPE or q_nope.stride(-1) != 1:
+    # Each shape and stride is read once: this runs on every call (eager decode pays it per layer).
+    qs, rs, ks = q_nope.shape, q_rope.shape, kv.shape
+    if len(qs) != 3 or qs[2] != D_NOPE or q_nope.stride()[2] != 1:
         raise ValueError(f"q_nope must be [batch, heads, {D_NOPE}] with a unit last stride, got "
-                         f"{tuple(q_nope.shape)} strides {q_nope.stride()}")
-    if q_rope.shape != (*q_nope.shape[:2], D_ROPE) or q_rope.stride(-1) != 1:
-        raise ValueError(f"q_rope must be [batch, heads, {D_ROPE}] with a unit last stride, got "
-                         f"{tuple(q_rope.shape)}")
-    if kv.shape[-1] != D_KV or kv.stride(-1) != 1 or kv.numel() // D_KV != kv.shape[0]:
-        raise ValueError(f"kv_cache must be [tokens, {D_KV}] or [tokens, 1, {D_KV}], got {tuple(kv.shape)}")
+                         f"{tuple(qs)} strides {q_nope.stride()}")
+    if rs != (qs[0], qs[1], D_ROPE) or q_rope.stride()[2] != 1:
+        raise ValueError(f"q_rope must be [batch, heads, {D_ROPE}] with a unit last stride, got {tuple(rs)}")
+    if ks[-1] != D_KV or kv.stride()[-1] != 1 or kv.numel() != ks[0] * D_KV:
+        raise ValueError(f"kv_cache must be [tokens, {D_KV}] or [tokens, 1, {D_KV}], got {tuple(ks)}")
     if kv_indptr.dtype != torch.int32 or kv_indices.dtype != torch.int32:
         raise ValueError("kv_indptr and kv_indices must be int32")
-    if kv_indptr.numel() < q_nope.shape[0] + 1:
+    if kv_indptr.numel() < qs[0] + 1:
         raise ValueError("kv_indptr needs batch + 1 entries")
 
 
@@ -304,10 +305,10 @@ def _dot_dtype(kv_dtype: torch.dtype) -> tl.dtype:
 _CUDA_PATH: list = []  # [module] once imported, [None] once it failed (then Triton only)
 
 
-def _cuda_path(kv: torch.Tensor, q: torch.Tensor, q_rope: torch.Tensor, impl: str,
-               token_scale: torch.Tensor | None = None, k_scale: float | torch.Tensor = 1.0):
-    """The SM90 CUDA module (sibling ``<this module>_cuda``) when it should run, else None."""
-    if impl == "triton" or _INTERPRET or kv.dtype != torch.float8_e4m3fn or q.device.type != "cuda":
+def _cuda_path(kv: torch.Tensor, q: torch.Tensor, impl: str):
+    """The SM90 CUDA module (sibling ``<this module>_cuda``) when it should run, else None. Whether the
+    inputs are laid out for it, the module checks as it launches (``LayoutError``)."""
+    if impl == "triton" or _INTERPRET or kv.dtype != torch.float8_e4m3fn or not q.is_cuda:
         if impl == "cuda":
             raise ValueError("impl='cuda' needs an FP8 cache on a CUDA device (and no interpreter)")
         return None
@@ -318,12 +319,9 @@ def _cuda_path(kv: torch.Tensor, q: torch.Tensor, q_rope: torch.Tensor, impl: st
             warnings.warn(f"FP8 MLA: CUDA path unavailable ({e}); using the Triton kernel", stacklevel=3)
             _CUDA_PATH.append(None)
     mod = _CUDA_PATH[0]
-    if (mod is None or (impl == "auto" and not mod.supported(q.device))
-            or not mod.eligible(q, q_rope, kv, token_scale, k_scale)):
+    if mod is None or (impl == "auto" and not mod.supported(q.get_device())):
         if impl == "cuda":
-            raise ValueError("impl='cuda' asked for, but the CUDA path is unavailable on this device or the "
-                             "inputs are not laid out for it (16-byte aligned BF16/FP16 Q and KV rows, "
-                             "float32 scales)")
+            raise ValueError("impl='cuda' asked for, but the CUDA path is unavailable on this device")
         return None
     return mod
 
@@ -354,8 +352,7 @@ def mla_decode(
     """
     _check_inputs(q_nope, q_rope, kv_cache, kv_indptr, kv_indices)
     batch, num_heads = q_nope.shape[:2]
-    cuda = _cuda_path(kv_cache, q_nope, q_rope, "triton" if (config is not None and impl == "auto") else impl,
-                      token_scale, k_scale)
+    cuda = _cuda_path(kv_cache, q_nope, "triton" if (config is not None and impl == "auto") else impl)
     if cuda is not None:
         if out is None:
             out = torch.empty((batch, num_heads, D_NOPE), dtype=q_nope.dtype, device=q_nope.device)
@@ -364,6 +361,10 @@ def mla_decode(
         try:
             return cuda.mla_decode_cuda(q_nope, q_rope, kv_cache, kv_indptr, kv_indices, sm_scale, k_scale,
                                         v_scale, token_scale, out)
+        except cuda.LayoutError as e:  # this call's layout only: the next may suit the CUDA path
+            if impl == "cuda":
+                raise ValueError(f"impl='cuda' asked for, but the inputs are not laid out for it ({e}): "
+                                 "16-byte aligned BF16/FP16 Q and KV rows, float32 scales") from e
         except cuda.CudaKernelError as e:
             if impl == "cuda":
                 raise
