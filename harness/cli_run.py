@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -57,6 +58,9 @@ def sweep(
     resume: Optional[str] = typer.Option(None, "--resume", help="Run id to resume: runs what has no final record."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
+    start_within: Optional[float] = typer.Option(
+        None, "--start-within", min=0.0, help="Start no attempt after this many seconds of this call (instead of the "
+        "sweep's budget.sweep): those in flight finish, the rest waits for --resume. For a window that ends."),
 ) -> None:
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
     from .config import load_sweep
@@ -80,7 +84,7 @@ def sweep(
             plan = plan_sweep(sweep_file, pdir, hosts)
             views.show_plan(out, plan, hosts)
             return
-        outcome = run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path)
+        outcome = run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within)
         if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
             views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
                                   plot_file=None)
@@ -114,13 +118,15 @@ def resumed_run(store: ResultsStore, run_id: str, sweep_file: Path) -> RunInfo:
 
 
 def run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
-               run_id: str, hosts_file: Path | None = None) -> SweepOutcome:
+               run_id: str, hosts_file: Path | None = None, start_within: float | None = None) -> SweepOutcome:
     from .hostgpus import count_gpus
     from .plan import plan_sweep
     from .runner import host_status
     from .scheduler import Scheduler, write_run_file
 
     plan = plan_sweep(sweep_file, patches_dir, hosts)  # keys from the hosts as configured: stable on resume
+    if start_within is not None:  # a limit of this call only: not part of any key or of the run file
+        plan = dataclasses.replace(plan, budget=plan.budget.model_copy(update={"sweep": start_within}))
     with store.lock_run(run_id):
         counted = count_gpus(hosts, host_status)
         write_run_file(store, run_id, plan, hosts, hosts_file=hosts_file, patches_dir=patches_dir,

@@ -189,6 +189,8 @@ class BenchCase(Strict):
     seed: int = 1
     warmup_requests: int | None = Field(None, ge=0)
     extra_args: tuple[str, ...] = ()
+    repeats: int | None = Field(None, ge=1, description="runs of this case per attempt (default: the "
+                                                         "experiment's `repeats`)")
 
 
 class Timeouts(Strict):

@@ -53,11 +53,21 @@ def host_signature(hosts: dict[str, HostConfig]) -> str:
     return json.dumps(sorted([name, h.address, h.port, h.repo, h.arch, h.gpus] for name, h in hosts.items()))
 
 
+def _key_fields(exp: Experiment) -> dict[str, Any]:
+    """The experiment as its key sees it. A bench case's `repeats` came after keys were first made: left
+    out while unset, so a sweep begun with an older harness still resumes with its old keys."""
+    data = exp.model_dump(mode="json")
+    for case in data["bench"]:
+        if case.get("repeats") is None:
+            case.pop("repeats", None)
+    return data
+
+
 def content_key(r: Resolved, round_no: int, hosts_sig: str) -> str:
     """Same experiment, same patch contents, same hosts, same round → same key. Edit a patch and the
     key changes, so a resumed sweep never reuses a result made with the old patch."""
     h = hashlib.sha256()
-    h.update(json.dumps(r.experiment.model_dump(mode="json"), sort_keys=True).encode())
+    h.update(json.dumps(_key_fields(r.experiment), sort_keys=True).encode())
     for s in r.patch_sets:
         h.update(f"\0{s.name}\0{s.sha256}".encode())
     h.update(f"\0round={round_no}\0hosts={hosts_sig}".encode())

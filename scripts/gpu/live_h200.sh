@@ -4,7 +4,8 @@
 #
 #   scripts/gpu/live_h200.sh install .whp/part1of2 [.whp/extra]   # each part in its own call if need be
 #   scripts/gpu/live_h200.sh setup                               # model, target repos, hosts.yaml, smoke
-#   scripts/gpu/live_h200.sh sweep [SECONDS] [SWEEP_FILE]        # the all-backends sweep (resumable)
+#   scripts/gpu/live_h200.sh sweep [SECONDS] [SWEEP_FILE]        # the all-backends sweep (resumable; with
+#                                   START_WITHIN=S no attempt starts after S seconds, so none is cut at SECONDS)
 #   scripts/gpu/live_h200.sh tests [PYTEST ARGS]                 # tests/gpu/test_real_sglang.py
 #   scripts/gpu/live_h200.sh slurm [SWEEP_FILE]                  # the same through a one-node Slurm (.slurmdebs/)
 #     (.slurmdebs/: on a Debian 12 machine with network, `cd .slurmdebs && apt-get download slurmctld slurmd
@@ -21,8 +22,8 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD:$SITE"   # the harness itself: pydantic and ijson from the wheelhouse
 
-save_results() {
-  [ -d "$ROOT/results" ] && tar -czf "$OUT/results.tar.gz" -C "$ROOT" results || true
+save_results() {  # profile traces stay behind (tens of MB); live_pool.py keeps what it reads of them
+  [ -d "$ROOT/results" ] && tar -czf "$OUT/results.tar.gz" --exclude='*.trace.json.gz' -C "$ROOT" results || true
 }
 
 case "${1:-}" in
@@ -49,12 +50,16 @@ case "${1:-}" in
     last=$(python3 -c "from pathlib import Path; from harness.results import ResultsStore as S
 print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])")
     [ -n "$last" ] && resume=(--resume "$last")
+    [ -n "${START_WITHIN:-}" ] && resume+=(--start-within "$START_WITHIN")
     set +e
     timeout "${2:-540}" python3 -m harness sweep "$sweep_file" --hosts "$hosts" \
       --hosts-file "$ROOT/hosts.yaml" --results-dir "$ROOT/results" "${resume[@]}" 2>&1 | tee "$OUT/sweep.log"
     rc=${PIPESTATUS[0]}
     set -e
-    [ "$sweep_file" = experiments/real-h200/all-backends.yaml ] && { python3 benchmarks/real_h200.py "$ROOT/results" --out "$OUT/real-h200" || true; }
+    case "$sweep_file" in
+      experiments/real-h200/all-backends.yaml) python3 benchmarks/real_h200.py "$ROOT/results" --out "$OUT/real-h200" || true ;;
+      experiments/real-h200/cuda-pool-ratio.yaml) python3 benchmarks/live_pool.py "$ROOT/results" --out "$OUT/fp8_mla_live_pool" || true ;;
+    esac
     save_results
     exit "$rc" ;;
   tests)

@@ -283,6 +283,29 @@ def test_a_sweep_in_which_nothing_ran_does_not_exit_0(tmp_path):
     assert "my-notes.txt" in p.stderr
 
 
+def test_start_within_leaves_what_it_did_not_start_for_the_resume_which_runs_each_cases_own_repeats(tmp_path):
+    """`--start-within` ends a call's window (a lease, a night) without an attempt cut off half way; the
+    resume runs the rest. A bench case's own `repeats` wins over the experiment's."""
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    write_inventory(tmp_path, hosts)
+    small_base(tmp_path, repeats=1, bench=[
+        {"name": "bs1", "num_prompts": 2, "input_len": 16, "output_len": 8, "max_concurrency": 1, "repeats": 2},
+        {"name": "once", "num_prompts": 2, "input_len": 16, "output_len": 8}])
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]})
+    argv = HARNESS + ["sweep", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir", str(PATCHES)]
+    p = subprocess.run(argv + ["--start-within", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3 and "2 attempt(s) not run" in p.stderr, p.stdout + p.stderr
+    run_id = next(d.name for d in (tmp_path / "results").iterdir() if (d / "run.json").exists())
+    assert records_on_disk(tmp_path / "results", run_id) == {}
+    p = subprocess.run(argv + ["--resume", run_id], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    records = [r for v in records_on_disk(tmp_path / "results", run_id).values() for r in v]
+    assert len(records) == 2 and all(r.status == "ok" for r in records)
+    assert all((r.metrics["bs1"]["repeats"], r.metrics["once"]["repeats"]) == (2, 1) for r in records)
+    p = subprocess.run(argv + ["--start-within", "-1"], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 2 and "--start-within" in p.stderr
+
+
 # ---------------------------------------------------------------------------- resuming on the run's own hosts
 
 

@@ -172,3 +172,23 @@ def test_shipped_sweeps_plan(tmp_path):
     plan = plan_sweep(root / "experiments" / "sim" / "all-backends.yaml", PATCHES, HOSTS)
     assert {a.resolved.backend_name for a in plan.attempts} >= {"flashinfer-mla", "flashinfer-mla-gather-cast",
                                                                  "cutlass_mla", "trtllm_mla", "custom-fp8-mla"}
+
+
+def _bench_sweep(tmp_path, greedy_case: dict) -> Path:
+    write(tmp_path, "base.yaml", {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/m"},
+                                  "bench": [greedy_case, {"name": "bs1", "max_concurrency": 1}], "repeats": 3})
+    return write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml"})
+
+
+def test_a_case_without_its_own_repeats_keeps_the_key_the_harness_made_before_cases_had_them(tmp_path):
+    # The key this sweep had at commit 5b80274, before a bench case could set `repeats`: a sweep begun with
+    # that harness must still find its results when resumed with this one.
+    f = _bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4})
+    assert plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key == "70aa313f95436587f679"
+
+
+def test_a_case_with_its_own_repeats_is_another_experiment(tmp_path):
+    unset = plan_sweep(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4}), PATCHES, {"a": HOSTS["a"]})
+    once = plan_sweep(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4, "repeats": 1}), PATCHES,
+                      {"a": HOSTS["a"]})
+    assert unset.attempts[0].key != once.attempts[0].key

@@ -148,3 +148,17 @@ def test_yaml_strings_with_shell_metacharacters_reach_the_server_and_bench_argv_
     assert argv[-len(HOSTILE):] == HOSTILE
     assert spec["server"]["env"]["X"] == "; rm -rf ~"
     assert spec["bench"][0]["argv"][-len(HOSTILE):] == HOSTILE
+
+
+def test_a_case_runs_its_own_repeats_and_the_others_the_experiments(project):
+    f = exp_file(project, "name: e\nbackend: flashinfer-mla\nmodel: {path: /m}\nrepeats: 4\n"
+                          "bench: [{name: greedy, repeats: 1}, {name: bs1}]\n")
+    spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
+    assert [(c.name, c.repeats) for c in spec.bench] == [("greedy", 1), ("bs1", 4)]
+
+
+def test_a_case_with_zero_repeats_is_refused_with_its_line(project):
+    f = exp_file(project, "name: e\nmodel: {path: /m}\nbench:\n  - {name: greedy, repeats: 0}\n")
+    with pytest.raises(ConfigError) as err:
+        load_experiment(f)
+    assert err.value.line == 4 and "repeats" in str(err.value)
