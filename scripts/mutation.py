@@ -55,6 +55,7 @@ SAFETY_CORE = [
     "harness.masking.x_mask_files__mutmut_*",
     # resume keys
     "harness.plan.x_content_key__mutmut_*",
+    "harness.plan.x__key_fields__mutmut_*",
     "harness.plan.x_host_signature__mutmut_*",
     "harness.patchsets.xǁPatchSetǁsha256__mutmut_*",
     # report markers
