@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from real_h200 import ITL_BAR, attempts, fmt, ratio  # noqa: E402
+from real_h200 import ITL_BAR, attempts, fmt, ratio, run_to_read  # noqa: E402
 
 from harness.results import ResultsStore  # noqa: E402
 from harness.schemas import Record  # noqa: E402
@@ -188,10 +188,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fp8_mla_live_pool")
     args = ap.parse_args()
     store = ResultsStore(args.results)
-    runs = store.runs_of_sweep(SWEEP)
-    run_id = args.run or (runs[-1] if runs else None)
-    if run_id is None:
-        sys.exit(f"no run of {SWEEP.name} under {args.results}")
+    run_id = run_to_read(store, SWEEP, args.run)
     rows = rows_of(store, run_id)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps({"run_id": run_id, "rows": rows}, indent=1) + "\n")

@@ -41,6 +41,15 @@ def attempts(store: ResultsStore, run_id: str) -> dict[str, tuple[Record, Path]]
     return out
 
 
+def run_to_read(store: ResultsStore, sweep: Path, given: str | None) -> str:
+    """The run id given, else the newest run of `sweep` in the store (exits saying so when there is none)."""
+    runs = store.runs_of_sweep(sweep)
+    run_id = given or (runs[-1] if runs else None)
+    if run_id is None:
+        sys.exit(f"no run of {sweep.name} under {store.root}")
+    return run_id
+
+
 def short_op(name: str) -> str:
     """A kernel's name without its template arguments and return type, for a table cell."""
     name = re.sub(r"^void ", "", name)
@@ -181,10 +190,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "real-h200")
     args = ap.parse_args()
     store = ResultsStore(args.results)
-    runs = store.runs_of_sweep(SWEEP)
-    run_id = args.run or (runs[-1] if runs else None)
-    if run_id is None:
-        sys.exit(f"no run of {SWEEP.name} under {args.results}")
+    run_id = run_to_read(store, SWEEP, args.run)
     found = attempts(store, run_id)
     stock = greedy(found[STOCK][1]) if STOCK in found else None
     rows = [row_of(name, rec, folder, stock) for name, (rec, folder) in sorted(found.items())]
