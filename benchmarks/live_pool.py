@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from real_h200 import ITL_BAR, attempts, fmt, ratio, run_to_read  # noqa: E402
+from real_h200 import ITL_BAR, attempts, fmt, greedy_repeats, ratio, run_to_read  # noqa: E402
 
 from harness.results import ResultsStore  # noqa: E402
 from harness.schemas import Record  # noqa: E402
@@ -49,13 +49,6 @@ def pool_tokens(folder: Path) -> int | None:
         return None
     m = re.search(r"max_total_num_tokens=(\d+)", log.read_text(errors="replace"))
     return int(m.group(1)) if m else None
-
-
-def greedy_repeats(folder: Path) -> list[list[str]]:
-    f = folder / "bench-greedy16.jsonl"
-    if not f.exists():
-        return []
-    return [list(json.loads(line).get("generated_texts") or []) for line in f.read_text().splitlines() if line]
 
 
 def decode_kernels(rec: Record, folder: Path) -> dict[str, Any] | None:

@@ -62,11 +62,18 @@ def short_op(name: str) -> str:
     return "".join(kept).split("(")[0][:70]
 
 
-def greedy(folder: Path) -> list[str] | None:
+def greedy_repeats(folder: Path) -> list[list[str]]:
+    """The generated texts of every repeat of the greedy16 case (one JSONL line each), oldest first."""
     f = folder / "bench-greedy16.jsonl"
     if not f.exists():
-        return None
-    return list(json.loads(f.read_text().splitlines()[-1]).get("generated_texts") or []) or None
+        return []
+    return [list(json.loads(line).get("generated_texts") or []) for line in f.read_text().splitlines() if line]
+
+
+def greedy(folder: Path) -> list[str] | None:
+    """The last repeat's texts."""
+    repeats = greedy_repeats(folder)
+    return (repeats[-1] or None) if repeats else None
 
 
 def row_of(name: str, rec: Record, folder: Path, stock: list[str] | None) -> dict[str, Any]:
