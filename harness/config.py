@@ -48,6 +48,9 @@ class SSHSettings(Strict):
     keepalive: float = Field(5.0, gt=0, description="seconds between SSH keepalives")
 
 
+RETRY_AFTER_S = 30.0  # an infrastructure failure (a lost link, a killed agent) keeps its host idle this long
+
+
 class HostConfig(SSHSettings):
     heartbeat_timeout: float = Field(20.0, ge=2, description="seconds of controller silence after which the "
                                      "agent stops the server and reverts by itself")
@@ -59,6 +62,8 @@ class HostConfig(SSHSettings):
     workdir: str = "~/.cache/harness"
     allow_dirty: tuple[str, ...] = ()
     env: EnvMap = {}
+    retry_after: float = Field(RETRY_AFTER_S, ge=0, le=3600, description="seconds a sweep gives this host no "
+                               "attempt after an infrastructure failure there (the attempt may retry elsewhere)")
 
     @property
     def is_local(self) -> bool:
@@ -98,6 +103,11 @@ class ClusterConfig(Strict):
     poll: float = Field(1.0, gt=0, le=60, description="seconds between looks at the queue and the job's files")
     login_timeout: float = Field(600.0, gt=0, description="how long the login node may stay unreachable "
                                  "before the attempt is given up (the job itself runs on)")
+    storage_lag: float = Field(15.0, ge=0, le=600, description="seconds a job's last files may take to appear "
+                               "on the shared storage after it ended (NFS attribute caching): a job that ended "
+                               "without its final report is judged only after this")
+    retry_after: float = Field(RETRY_AFTER_S, ge=0, le=3600, description="seconds a sweep submits no attempt here "
+                               "after an infrastructure failure (a job that died, a login node that failed)")
 
     @property
     def login_host(self) -> HostConfig:
@@ -117,7 +127,8 @@ class ClusterHost(HostConfig):
     @classmethod
     def of(cls, name: str, c: ClusterConfig) -> ClusterHost:
         return cls(address=f"slurm:{name}", repo=c.repo, python=c.python, workdir=c.workdir, gpus=c.gpus_per_node,
-                   arch=c.arch, env=c.env, allow_dirty=c.allow_dirty, cluster=c, cluster_name=name)
+                   arch=c.arch, env=c.env, allow_dirty=c.allow_dirty, retry_after=c.retry_after, cluster=c,
+                   cluster_name=name)
 
 
 class Inventory(Strict):

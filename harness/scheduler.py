@@ -79,7 +79,7 @@ class SweepReporter(Reporter, Protocol):
 class Scheduler:
     def __init__(self, plan: Plan, hosts: dict[str, HostConfig], store: ResultsStore, run_id: str, *,
                  reporter: SweepReporter, transport_factory: Callable[[str, HostConfig], Transport] = connect,
-                 infra_cooldown_s: float = 30.0, unusable: Mapping[str, str] | None = None):
+                 unusable: Mapping[str, str] | None = None):
         self.plan = plan
         self.hosts = hosts
         self.unusable = dict(unusable or {})  # host → why this sweep cannot use it (no worker runs there)
@@ -87,7 +87,6 @@ class Scheduler:
         self.run_id = run_id
         self.reporter = reporter
         self.transport_factory = transport_factory
-        self.infra_cooldown_s = infra_cooldown_s
         self.cancel = threading.Event()
         self._cv = threading.Condition()
         self._pending: list[PlannedAttempt] = []
@@ -271,7 +270,7 @@ class Scheduler:
         with self._cv:
             if infra and self._tries[a.key] < MAX_INFRA_TRIES and not self.cancel.is_set():
                 self._avoid.setdefault(a.key, set()).add(host)
-                self._host_cool_until[host] = time.monotonic() + self.infra_cooldown_s
+                self._host_cool_until[host] = time.monotonic() + self.hosts[host].retry_after
                 self._pending.insert(0, a)  # retried first, later or on another host
                 self.reporter.note(label, f"infrastructure failure on {host}; will retry")
             elif record is not None:

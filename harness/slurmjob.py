@@ -60,7 +60,6 @@ MKDIR = "import os,sys\nos.makedirs(sys.argv[1],exist_ok=True)\nos.chmod(sys.arg
 TAIL = "import sys\ntry:\n    f=open(sys.argv[1],'rb');f.seek(0,2);f.seek(max(0,f.tell()-4000));" \
        "sys.stdout.write(f.read().decode('utf-8','replace'))\nexcept OSError:\n    pass\n"
 SUBMISSION_REFUSED = "Batch job submission failed"  # sbatch's words when slurmctld rejects the job itself
-STORAGE_LAG_S = 15.0  # after the job ended: how long its last events may take to appear on shared storage
 
 
 class SlurmTransport(Transport):
@@ -241,7 +240,7 @@ class SlurmJob(RemoteProcess):
         never_ran = not self._started and not self._ran and self.info is not None and self.info.node is None
         if self._ended_at is None and not never_ran:
             self._ended_at = now  # its last lines may still be on their way through the shared storage
-        elif never_ran or (self._ended_at is not None and now - self._ended_at > STORAGE_LAG_S):
+        elif never_ran or (self._ended_at is not None and now - self._ended_at > self.t.cluster.storage_lag):
             self._give_final(final_without_report(self.info, started=self._started, cancelled=self._cancelled,
                                                   output_tail=self._output_tail()))
 

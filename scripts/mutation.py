@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
 """Mutation testing of the safety core: do the tests fail when a promise breaks?
 
-Two parts (docs/testing.md explains both):
+Three parts (docs/testing.md explains them):
 
-  fast     mutmut on the safety functions that run in the test process — report markers and statistics,
-           resume keys, triage ranking, secret masking, and the agent's revert/verify/journal/recovery
-           (driven in-process against real git repositories by tests/unit/test_agent_tree.py).
-           Every surviving mutant must be listed as equivalent in docs/testing.md, with why.
+  changed  what CI runs: mutmut only on the safety functions whose code, or a test that reaches them,
+           changed since the committed report (docs/mutation-report.json; scripts/mutation_diff.py),
+           under a time cap. Fails when one of their mutants survives unexplained, or when the cap
+           is reached before all of them ran (then run `full` and commit its report).
+  full     mutmut on every safety function — report markers and statistics, resume keys, triage
+           ranking, secret masking, and the agent's revert/verify/journal/recovery (driven in-process
+           against real git repositories by tests/unit/test_agent_tree.py). Every surviving mutant must
+           be listed as equivalent in docs/testing.md, with why. `--write` refreshes the report.
   planted  one-line bugs a reviewer planted by hand, each in a throw-away copy of the project, each
            with the tests that must kill it — including the agent paths through a real sshd, which
            mutmut cannot attribute to tests because they run the agent in another process.
 
-    scripts/mutation.py                 # both parts
-    scripts/mutation.py fast            # what CI runs
+    scripts/mutation.py changed [--cap-s 480] [--write]   # CI; --write merges the run into the report
+    scripts/mutation.py full [--write]                    # ~40 minutes on two cores
     scripts/mutation.py planted [--write docs/mutation-planted.md]
 
 Exit status: 0 when every mutant is killed or explained, 1 otherwise.
@@ -31,8 +35,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mutation_diff import (  # scripts/ is this script's own folder, first on sys.path
+    FunctionResult,
+    Report,
+    SafetyFunction,
+    changes_since,
+    function_fingerprint,
+    tests_fingerprint,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPLAINED_DOC = ROOT / "docs" / "testing.md"
+REPORT_JSON = ROOT / "docs" / "mutation-report.json"
+REPORT_MD = ROOT / "docs" / "mutation-report.md"
 
 # The safety core, by mutmut's mutant names (module.x_function / module.xǁClassǁmethod).
 SAFETY_CORE = [
@@ -191,7 +206,7 @@ PLANTS = [
 ]
 
 
-# ============================================================================ fast: mutmut
+# ============================================================================ mutmut: full and changed
 
 
 def explained_mutants() -> dict[str, str]:
@@ -207,47 +222,163 @@ def explained_mutants() -> dict[str, str]:
     return out
 
 
-def run_mutmut(patterns: list[str]) -> dict[str, str]:
-    """Run mutmut on `patterns`; return {mutant: status} for those patterns."""
-    shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a fresh copy: cached results can go stale
+@dataclass
+class MutmutRun:
+    statuses: dict[str, str]  # mutant: killed / survived / timeout / not checked / ...
+    tests_by_function: dict[str, list[str]]  # mangled function name (module.xǁClassǁname): test ids
+    seconds: float
+    capped: bool
+
+
+def run_mutmut(patterns: list[str], cap_s: float | None = None) -> MutmutRun:
+    """Run mutmut on `patterns` (a fresh copy of the sources: cached results can go stale), stopped after
+    `cap_s` seconds; return each matching mutant's status and which tests reached which function."""
+    import fnmatch
+    import json
+    import signal
+
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     cmd = [sys.executable, "-m", "mutmut", "run", *patterns]
     print("$ " + " ".join(cmd[2:]), flush=True)
-    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode not in (0, 1):  # 1 is also what mutmut returns with survivors in some versions
-        print(p.stdout[-5000:])
+    t0 = time.monotonic()
+    # Its own process group: at the cap, mutmut and the test workers it forked stop together.
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    capped = False
+    try:
+        out, _ = p.communicate(timeout=cap_s)
+    except subprocess.TimeoutExpired:
+        capped = True
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+    seconds = time.monotonic() - t0
+    if not capped and p.returncode not in (0, 1):  # 1 is also what mutmut returns with survivors in some versions
+        print(out[-5000:])
         raise SystemExit(f"mutmut run failed with exit code {p.returncode}")
     r = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT,
-                       capture_output=True, text=True, check=True)
-    import fnmatch
-
+                       capture_output=True, text=True)
     statuses = {}
     for line in r.stdout.splitlines():
         m = re.match(r"\s*(\S+): (.+)$", line)
         if m and any(fnmatch.fnmatch(m.group(1), pat) for pat in patterns):
             statuses[m.group(1)] = m.group(2).strip()
-    return statuses
+    try:
+        stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
+        tests = {k: sorted(v) for k, v in stats["tests_by_mangled_function_name"].items()}
+    except (OSError, ValueError, KeyError):
+        tests = {}
+    return MutmutRun(statuses, tests, seconds, capped)
 
 
-def fast() -> bool:
-    t0 = time.monotonic()
-    statuses = run_mutmut(SAFETY_CORE)
-    explained = explained_mutants()
+def judge(run: MutmutRun, explained: dict[str, str], label: str) -> bool:
+    """Print the verdict on a run's mutants; True when every one was killed or is explained."""
+    statuses = run.statuses
     # A mutant whose tests ran past their time limit was noticed too (mutmut reports it apart as "timeout").
-    survivors = sorted(n for n, s in statuses.items() if s not in ("killed", "timeout"))
+    survivors = sorted(n for n, s in statuses.items() if s not in ("killed", "timeout", "not checked"))
+    unrun = sorted(n for n, s in statuses.items() if s == "not checked")
     unexplained = [n for n in survivors if n not in explained]
-    stale = sorted(set(explained) - set(survivors))
     killed = sum(1 for s in statuses.values() if s in ("killed", "timeout"))
-    print(f"\nmutmut, safety core: {len(statuses)} mutants, {killed} killed, {len(survivors)} not killed "
+    print(f"\nmutmut, {label}: {len(statuses)} mutants, {killed} killed, {len(survivors)} not killed "
           f"({len(survivors) - len(unexplained)} explained as equivalent in docs/testing.md), "
-          f"{time.monotonic() - t0:.0f} s")
+          f"{len(unrun)} not run, {run.seconds:.0f} s")
     for n in unexplained:
         print(f"  UNEXPLAINED {statuses[n]}: {n}   (mutmut show {n})")
-    for n in stale:
-        print(f"  note: docs/testing.md explains {n}, which no longer survives (remove the line)")
+    if run.capped:
+        print(f"  the time cap stopped the run with {len(unrun)} mutants not run: run "
+              "`python3 scripts/mutation.py full --write` and commit docs/mutation-report.*")
     if not statuses:
         print("no mutant matched the safety core patterns: the names moved? update SAFETY_CORE")
         return False
-    return not unexplained
+    return not unexplained and not unrun and not run.capped
+
+
+def report_rows(run: MutmutRun, functions: list[SafetyFunction], explained: dict[str, str],
+                checked: str) -> dict[str, FunctionResult]:
+    """Each function's fingerprints and mutant counts from a run, for the report."""
+    import fnmatch
+
+    rows = {}
+    for fn in functions:
+        mine = {n: s for n, s in run.statuses.items() if fnmatch.fnmatch(n, fn.pattern)}
+        survivors = [n for n, s in mine.items() if s not in ("killed", "timeout")]
+        test_ids = run.tests_by_function.get(fn.pattern.removesuffix("__mutmut_*"), [])
+        rows[fn.qualname] = FunctionResult(
+            code=function_fingerprint(ROOT, fn), tests=tests_fingerprint(ROOT, test_ids), test_ids=test_ids,
+            mutants=len(mine), killed=len(mine) - len(survivors),
+            equivalent=sum(1 for n in survivors if n in explained), checked=checked)
+    return rows
+
+
+def head_commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    return (git("rev-parse", "--short=12", "HEAD") or "unknown") + (" (+ uncommitted changes)"
+                                                                    if git("status", "--porcelain") else "")
+
+
+def safety_functions() -> list[SafetyFunction]:
+    return [SafetyFunction.from_pattern(p) for p in SAFETY_CORE]
+
+
+def load_report() -> Report | None:
+    try:
+        return Report.from_json(REPORT_JSON.read_text())
+    except OSError:
+        return None
+
+
+def write_report(report: Report) -> None:
+    REPORT_JSON.write_text(report.to_json())
+    REPORT_MD.write_text(report.to_markdown())
+    print(f"wrote {REPORT_JSON.relative_to(ROOT)} and {REPORT_MD.relative_to(ROOT)}")
+
+
+def full(write: bool) -> bool:
+    functions = safety_functions()
+    run = run_mutmut([fn.pattern for fn in functions])
+    explained = explained_mutants()
+    ok = judge(run, explained, "safety core")
+    survivors = {n for n, s in run.statuses.items() if s not in ("killed", "timeout")}
+    for n in sorted(set(explained) - survivors):
+        print(f"  note: docs/testing.md explains {n}, which no longer survives (remove the line)")
+    if write:
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        write_report(Report(date=stamp, commit=head_commit(), minutes=round(run.seconds / 60, 1),
+                            functions=report_rows(run, functions, explained, stamp)))
+    return ok
+
+
+def changed(cap_s: float, write: bool) -> bool:
+    report = load_report()
+    if report is None:
+        print(f"no mutation report at {REPORT_JSON.relative_to(ROOT)}: run `python3 scripts/mutation.py full "
+              "--write` and commit it")
+        return False
+    try:
+        todo = changes_since(report, safety_functions(), ROOT)
+    except LookupError as exc:
+        print(exc)
+        return False
+    print(f"mutation report: {report.date}, commit {report.commit}: {report.mutants} mutants, "
+          f"{report.killed} killed, {report.equivalent} equivalent")
+    if not todo:
+        print("no safety function, nor a test that reaches one, changed since the report: no mutant to run")
+        return True
+    for c in todo:
+        print(f"  {c.function.qualname}: {c.why}")
+    run = run_mutmut([c.function.pattern for c in todo], cap_s=cap_s)
+    explained = explained_mutants()
+    ok = judge(run, explained, f"{len(todo)} changed safety function(s)")
+    if write and not run.capped:
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        report.functions.update(report_rows(run, [c.function for c in todo], explained, stamp))
+        write_report(report)
+    return ok
 
 
 # ============================================================================ planted bugs
@@ -322,14 +453,19 @@ def planted(write: Path | None) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", nargs="?", choices=["fast", "planted", "all"], default="all")
-    ap.add_argument("--write", type=Path, help="planted: write the results table here (markdown)")
+    ap.add_argument("part", choices=["changed", "full", "planted"])
+    ap.add_argument("--write", nargs="?", const=True, default=None, metavar="PATH",
+                    help="full, changed: refresh docs/mutation-report.*; planted: write the results table to PATH")
+    ap.add_argument("--cap-s", type=float, default=480.0, help="changed: stop mutmut after this many seconds")
     args = ap.parse_args()
-    ok = True
-    if args.part in ("fast", "all"):
-        ok &= fast()
-    if args.part in ("planted", "all"):
-        ok &= planted(args.write)
+    if args.part == "changed":
+        ok = changed(args.cap_s, bool(args.write))
+    elif args.part == "full":
+        ok = full(bool(args.write))
+    else:
+        if args.write is True:
+            ap.error("planted --write needs a path (docs/mutation-planted.md)")
+        ok = planted(Path(args.write) if args.write else None)
     return 0 if ok else 1
 
 

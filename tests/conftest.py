@@ -16,6 +16,9 @@ import pytest
 from harness.config import HostConfig
 from tests.support.sshd import SSHServer, free_port
 
+# Longest tests first (tests/durations.json), so a parallel run does not end on one long test started last.
+pytest_plugins = ["tests.support.ordering"]
+
 PROJECT = Path(__file__).resolve().parents[1]
 PATCHES = PROJECT / "patches"
 

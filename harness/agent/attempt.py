@@ -209,7 +209,8 @@ class Attempt:
         stopped = stop_recorded_server(journal, float(self.spec.timeouts.stop_grace), self.server_env(),
                                        float(self.spec.timeouts.gpu_release))
         revert = self.tree.revert(journal)
-        self.result["recovered"] = {"journal": journal, "stop": stopped, "revert": revert}
+        self.result["recovered"] = {"journal": journal, "stop": stopped, "revert": revert, "by": "recover"}
+        watchdog.save_report(self.tree, self.result["recovered"])
         if not revert["verified"]:
             raise StageFailed("preflight-failed",
                               "found the journal of an interrupted attempt (%s) and could not restore the "

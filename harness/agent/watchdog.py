@@ -5,7 +5,8 @@ agent can cover the agent itself being killed (SIGKILL, the OOM killer). So, onc
 lock, the agent starts this watchdog in its own session. It waits for the agent to end; if the agent
 left its journal behind, the watchdog takes the lock (the kernel released the dead agent's), stops the
 journal's server, waits for its GPU memory and restores the tree — within seconds, with no controller
-and no later harness command involved. Its report is kept in `.git/harness/watchdog.json`.
+and no later harness command involved. Its report is kept in `.git/harness/watchdog.json`, where any
+other recovery (a preflight's, `harness recover`) keeps its own too.
 """
 
 from __future__ import annotations
@@ -72,16 +73,24 @@ def watch(encoded: str) -> int:
         env = dict(os.environ, PATH=args["path"] or os.environ.get("PATH", ""))
         stop = stop_recorded_server(journal, float(args["stop_grace"]), env, float(args["gpu_release"]))
         revert = tree.revert(journal)
-        write_json_atomic(os.path.join(harness_dir, REPORT), {
-            "journal": journal, "stop": stop, "revert": revert, "by": "watchdog",
-            "took_s": round(time.time() - died_at, 3)})
+        save_report(tree, {"journal": journal, "stop": stop, "revert": revert, "by": "watchdog",
+                           "took_s": round(time.time() - died_at, 3)})
     finally:
         lock.release()
     return 0
 
 
+def save_report(tree: Tree, report: dict[str, Any]) -> None:
+    """Keep what a recovery did — the watchdog's or any other (`harness recover`, a preflight, a controller
+    whose agent died, whichever took the lock first) — for the next preflight: GPU memory that stayed held
+    must refuse the next attempt, whoever stopped the server."""
+    assert tree.harness_dir is not None
+    write_json_atomic(os.path.join(tree.harness_dir, REPORT), report)
+
+
 def last_report(tree: Tree) -> dict[str, Any] | None:
-    """What the last watchdog on this repo did (for `harness recover` and a controller whose agent died)."""
+    """What the last recovery on this repo did (for `harness recover`, a controller whose agent died, and
+    the next preflight's check of GPU memory)."""
     assert tree.harness_dir is not None
     try:
         with open(os.path.join(tree.harness_dir, REPORT)) as f:

@@ -275,25 +275,21 @@ def test_sim_init_prints_interpreter(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One `harness demo` (about 1.5 min) for the tests of its records, its table and its page."""
-    tmp_path = tmp_path_factory.mktemp("demo")
-    return tmp_path, harness("demo", "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=240)
-
-
 def demo_page(demo_run) -> Path:
-    tmp_path, p = demo_run
+    p = demo_run.proc
     assert p.returncode == 0, p.stdout + p.stderr
-    (page,) = (tmp_path / "results").glob("*/report/index.html")
+    (page,) = (demo_run.folder / "results").glob("*/report/index.html")
     assert f"report: {page}" in p.stdout  # the demo ends by saying where its page is
     return page
 
 
+# One `harness demo` for the tests of its records, its table and its page (`demo_run`,
+# tests/integration/conftest.py): the README quick start's own, when the checkout has no uncommitted change.
+@pytest.mark.xdist_group("demo")
 def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(demo_run):
-    tmp_path, p = demo_run
+    p = demo_run.proc
     assert p.returncode == 0, p.stdout + p.stderr
-    records = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
+    records = demo_records(demo_run.folder)
     by_exp = {}
     for r in records:
         by_exp.setdefault(r["experiment"], []).append(r)
@@ -322,6 +318,7 @@ def test_demo_sweeps_two_simulated_archs_and_prints_the_comparison(demo_run):
     assert stock and all(r["profile"]["top"][0]["name"] == "aten::copy_" for r in stock)
 
 
+@pytest.mark.xdist_group("demo")
 def test_demo_writes_a_self_contained_page(demo_run):
     page = demo_page(demo_run)
     text = page.read_text()
@@ -330,7 +327,7 @@ def test_demo_writes_a_self_contained_page(demo_run):
     for exp in ("sim-flashinfer-mla", "sim-trtllm_mla", "sim-fp8-kv-into-mla-plan", "sim-hang-nccl-init",
                 "sim-cutlass_mla"):
         assert any(exp in e for e in exps), (exp, exps)
-    cases = {c for r in demo_records(demo_run[0]) for c in r["metrics"]}
+    cases = {c for r in demo_records(demo_run.folder) for c in r["metrics"]}
     assert cases and html.svgs == len(cases)  # one plot per bench case
     crash = [f for f in html.failures if "sim-fp8-kv-into-mla-plan" in f]
     assert crash and all("ckv_scale_arr" in f or "SM90 (Hopper)" in f for f in crash)
@@ -352,6 +349,7 @@ def chromium() -> str | None:
 ARTIFACTS = Path(os.environ.get("HARNESS_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "harness-test-artifacts")
 
 
+@pytest.mark.xdist_group("demo")
 @pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/test installs it (apt-get install chromium)")
 def test_demo_page_in_a_real_browser(demo_run, tmp_path, capsys):
     """The demo's page as Chromium renders it, opened from disk: the DOM a reader sees has the table's rows,
@@ -363,7 +361,7 @@ def test_demo_page_in_a_real_browser(demo_run, tmp_path, capsys):
     assert dom.returncode == 0 and "</html>" in dom.stdout, dom.stderr[-2000:]
     seen = Page(dom.stdout)
     assert any("sim-flashinfer-mla" in r[0] for r in seen.rows) and any("▲" in "".join(r) for r in seen.rows)
-    cases = {c for r in demo_records(demo_run[0]) for c in r["metrics"]}
+    cases = {c for r in demo_records(demo_run.folder) for c in r["metrics"]}
     assert seen.svgs == len(cases) >= 1
     assert any("sim-fp8-kv-into-mla-plan" in f and ("ckv_scale_arr" in f or "SM90 (Hopper)" in f)
                for f in seen.failures)

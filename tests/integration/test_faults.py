@@ -103,7 +103,7 @@ def netns_host(tmp_path):
                            extra_config="ClientAliveInterval 2\nClientAliveCountMax 3\n").start(netns=ns.name)
         target = init_target(tmp_path / "target", arch="sm90")
         host = HostConfig(**server.host_entry(), repo=str(target.repo), python=str(target.python), gpus=8,
-                          arch="sm90", workdir=str(tmp_path / "work"), keepalive=2)
+                          arch="sm90", workdir=str(tmp_path / "work"), keepalive=2, retry_after=1.0)
         yield ns, host, target
     finally:
         if server:
@@ -140,7 +140,7 @@ def test_connection_cut_mid_benchmark_then_retried_once_when_the_link_returns(tm
                 marks["host_clean"] = wait_until(lambda: clean(target, before, run_id), 60) or -1
                 ns.link(True)
 
-    Scheduler(plan, hosts, store, run_id, reporter=Cutter("bench", None), infra_cooldown_s=1.0).run()
+    Scheduler(plan, hosts, store, run_id, reporter=Cutter("bench", None)).run()
     recs = records_on_disk(store.root, run_id)[plan.attempts[0].key]
     assert [r.status for r in recs] == ["infra-error", "ok"], "marked infra-error, then retried once, and it worked"
     detect = marks["infra"] - marks["cut"]
@@ -201,7 +201,8 @@ def test_agent_sigkilled_mid_benchmark_its_watchdog_cleans_the_host_within_10s(t
         assert proc.returncode == 3, out
         rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
         assert rec["status"] == "infra-error" and "without a final report" in rec["error"]
-        assert rec["recovered"]["by"] == "watchdog" and rec["recovered"]["revert"]["verified"]
+        # Whoever took the lock first did it: the watchdog, or the controller's own recovery racing it.
+        assert rec["recovered"]["by"] in ("watchdog", "recover") and rec["recovered"]["revert"]["verified"]
         assert rec["recovered"]["stop"]["state"] == "stopped"
     status = host_status("box", HostConfig(**_host_entry(sim_target, tmp_path)))
     assert status["journal"] is None and not status["lock"]["held"]
@@ -525,9 +526,11 @@ def test_gpu_memory_a_recovered_server_still_holds_refuses_the_next_attempt_inst
     journal = json.loads((sim_target.repo / ".git" / "harness" / "journal.json").read_text())
     os.kill(journal["agent_pid"], signal.SIGKILL)
     proc.communicate(timeout=120)
-    report = json.loads((sim_target.repo / ".git" / "harness" / "watchdog.json").read_text())
-    held = report["stop"]["gpu_dirty"]
-    assert held, "the watchdog waited for the GPU memory, then recorded what stays held"
+    rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
+    # The watchdog or the controller's own recovery, whichever took the lock first: either waits for the GPU
+    # memory, then records what stays held.
+    held = rec["recovered"]["stop"]["gpu_dirty"]
+    assert held and rec["recovered"]["by"] in ("watchdog", "recover"), rec["recovered"]
     f2 = write_experiment(tmp_path, "next", free_port(), backend="flashinfer-mla", timeouts={"gpu_release": 1.0})
     rec = attempt(tmp_path, local(sim_target, tmp_path), f2)
     assert rec.status == "preflight-failed" and "still held" in (rec.error or "")

@@ -111,14 +111,14 @@ def test_sweep_routes_by_arch_and_records_every_attempt_once(tmp_path):
 def test_infrastructure_failure_is_retried_elsewhere_deterministic_outcomes_are_not(tmp_path):
     hosts = local_hosts(tmp_path, {"broken": "sm90", "good": "sm90"})
     # The broken host's Python is gone (a reinstall half done): nothing can run there.
-    hosts["broken"] = hosts["broken"].model_copy(update={"python": "/nonexistent/python"})
+    hosts["broken"] = hosts["broken"].model_copy(update={"python": "/nonexistent/python", "retry_after": 0.5})
     small_base(tmp_path)
     (tmp_path / "crash.yaml").write_text(yaml.safe_dump({
         "name": "crash", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
         "patches": ["sim_fp8_kv_into_mla_plan"], "expect": "crash",
         "server": {"port": "auto", "tp": 2, "kv_cache_dtype": "fp8_e4m3"}}))
     f = sweep_file(tmp_path, name="s", base="base.yaml", experiments=["crash.yaml"], rounds=2)
-    plan, outcome, rep, store = run_sweep(tmp_path, f, hosts, infra_cooldown_s=0.5)
+    plan, outcome, rep, store = run_sweep(tmp_path, f, hosts)
     by_key = records_on_disk(store.root, outcome.run_id)
     for a in plan.attempts:
         finals = [r for r in by_key[a.key] if is_final_on_disk(r)]
@@ -151,7 +151,7 @@ def test_sigint_leaves_a_resumable_run_and_resume_runs_only_the_rest(tmp_path):
     hosts = local_hosts(tmp_path, {"h": "sm90"})
     (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
                                                                    hosts.items()}}))
-    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 40, "input_len": 16, "output_len": 24,
+    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 6, "input_len": 16, "output_len": 24,
                                  "max_concurrency": 1}])
     f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]},
                    rounds=2)
@@ -248,7 +248,7 @@ def test_a_second_harness_on_the_same_run_is_refused_at_once_and_nothing_is_dupl
     hosts = local_hosts(tmp_path, {"h": "sm90"})
     (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {n: h.model_dump(mode="json") for n, h in
                                                                    hosts.items()}}))
-    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 40, "input_len": 16, "output_len": 24,
+    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 6, "input_len": 16, "output_len": 24,
                                  "max_concurrency": 1}])
     f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]})
     argv = HARNESS + ["sweep", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir", str(PATCHES)]
@@ -323,7 +323,7 @@ def test_the_printed_resume_command_resumes_on_the_runs_own_hosts(tmp_path):
     hosts = local_hosts(tmp_path, {"a": "sm90", "b": "sm90"})
     (tmp_path / "inventory").mkdir()  # not where a default would find it
     inventory = write_inventory(tmp_path / "inventory", hosts)
-    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 40, "input_len": 16, "output_len": 24,
+    small_base(tmp_path, bench=[{"name": "bs1", "num_prompts": 6, "input_len": 16, "output_len": 24,
                                  "max_concurrency": 1}])
     f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]},
                    rounds=2)

@@ -56,6 +56,7 @@ class FreshClone:
     base: Path
     pip_args: list[str] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    prepare_s: float = 0.0  # what prepare() took
 
     @property
     def clone(self) -> Path:
@@ -82,7 +83,8 @@ class FreshClone:
         # `python -m pip` is this Python's pip, seen through the system site-packages, installing into the venv.
         _check([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(self.venv)], self.base,
                self.env())
-        return time.monotonic() - t0
+        self.prepare_s = time.monotonic() - t0
+        return self.prepare_s
 
     def cannot_build(self) -> str | None:
         """Why `pip install --no-build-isolation` cannot build the package in the venv, or None."""

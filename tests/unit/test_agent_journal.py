@@ -413,6 +413,27 @@ def test_recovery_whose_server_still_holds_gpu_memory_refuses_the_attempt_naming
     assert result["recovered"]["revert"]["verified"] is True
 
 
+def test_gpu_memory_a_recovery_left_held_refuses_every_next_attempt_whoever_recovered(repo, tmp_path):
+    """The recovery above was a preflight's, not the watchdog's (a controller or `harness recover` can take
+    the lock first): the attempt after it must still see the memory held, not launch into a false OOM."""
+    server = __import__("subprocess").Popen(SLEEPER, start_new_session=True)
+    try:
+        die_while_serving(repo, tmp_path, server)
+        python = fake_nvidia_smi(tmp_path / "bin", {server.pid: 4242})
+        results = []
+        for attempt_id in ("next", "after-next"):
+            spec = spec_for(repo, tmp_path, [], attempt_id=attempt_id)
+            spec.server.argv = [str(python)]
+            spec.timeouts.gpu_release = 0.3
+            results.append(Attempt(spec, RecordingLink()).run())
+    finally:
+        server.kill()
+        server.wait()
+    assert results[0]["recovered"]["by"] == "recover"
+    assert results[1]["status"] == "preflight-failed", results[1].get("error")
+    assert str(server.pid) in results[1]["error"] and results[1]["gpu_dirty"] == {str(server.pid): 4242}
+
+
 def test_recover_reports_what_the_watchdog_already_did(repo, tmp_path):
     report = {"journal": {"run_id": "r1", "attempt_id": "a1"}, "stop": {"state": "stopped"},
               "revert": {"verified": True}, "by": "watchdog", "took_s": 1.5}
