@@ -15,7 +15,7 @@ Three parts (docs/testing.md explains them):
            with the tests that must kill it — including the agent paths through a real sshd, which
            mutmut cannot attribute to tests because they run the agent in another process.
 
-    scripts/mutation.py changed [--cap-s 480] [--write]   # CI; --write merges the run into the report
+    scripts/mutation.py changed [--cap-s 300] [--write]   # CI; --write merges the run into the report
     scripts/mutation.py full [--write]                    # ~40 minutes on two cores
     scripts/mutation.py planted [--write docs/mutation-planted.md]
 
@@ -57,7 +57,9 @@ SAFETY_CORE = [
     "harness.agent.tree.xǁTreeǁplan__mutmut_*",
     "harness.agent.tree.xǁTreeǁnew_journal__mutmut_*",
     "harness.agent.tree.xǁTreeǁleftover_journal__mutmut_*",
-    "harness.agent.tree.xǁGitǁtree_state__mutmut_*",
+    "harness.agent.tree.xǁGitǁmanifest__mutmut_*",  # what the revert's verification compares, byte for byte
+    "harness.agent.tree.xǁTreeǁsnapshot__mutmut_*",
+    "harness.agent.tree.x_digest__mutmut_*",
     "harness.agent.tree.xǁGitǁstatus_entries__mutmut_*",
     "harness.agent.tree.x_numstat_paths__mutmut_*",
     "harness.agent.attempt.xǁAttemptǁcleanup__mutmut_*",
@@ -72,7 +74,7 @@ SAFETY_CORE = [
     "harness.plan.x_content_key__mutmut_*",
     "harness.plan.x__key_fields__mutmut_*",
     "harness.plan.x_host_signature__mutmut_*",
-    "harness.patchsets.xǁPatchSetǁsha256__mutmut_*",
+    "harness.patchsets.x_variants_digest__mutmut_*",  # PatchSet.sha256 (mutmut skips properties)
     # report markers
     "harness.report.x__apply_baseline__mutmut_*",
     "harness.report.x_lower_is_better__mutmut_*",
@@ -256,9 +258,10 @@ def run_mutmut(patterns: list[str], cap_s: float | None = None) -> MutmutRun:
             os.killpg(p.pid, signal.SIGKILL)
             out, _ = p.communicate()
     seconds = time.monotonic() - t0
-    if not capped and p.returncode not in (0, 1):  # 1 is also what mutmut returns with survivors in some versions
+    if not capped and (p.returncode not in (0, 1) or "Failed to run clean test" in out):
+        # 1 is also what mutmut returns with survivors in some versions; a failing clean run returns 1 too.
         print(out[-5000:])
-        raise SystemExit(f"mutmut run failed with exit code {p.returncode}")
+        raise SystemExit(f"mutmut run failed (exit code {p.returncode}): the tests fail without any mutant")
     r = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT,
                        capture_output=True, text=True)
     statuses = {}
@@ -313,12 +316,30 @@ def report_rows(run: MutmutRun, functions: list[SafetyFunction], explained: dict
     return rows
 
 
+def sources_digest() -> str:
+    """The code and the tests as they are now: a report must describe what mutmut ran, so an edit made while
+    it ran (it copies the sources when it starts) keeps the report from being written."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted([*ROOT.glob("harness/**/*.py"), *ROOT.glob("tests/**/*.py")]):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def head_commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
 
     return (git("rev-parse", "--short=12", "HEAD") or "unknown") + (" (+ uncommitted changes)"
                                                                     if git("status", "--porcelain") else "")
+
+
+def unchanged_since(before: str) -> bool:
+    if sources_digest() == before:
+        return True
+    print("harness/ or tests/ changed while mutmut ran: the report was not written (run it again)")
+    return False
 
 
 def safety_functions() -> list[SafetyFunction]:
@@ -340,16 +361,20 @@ def write_report(report: Report) -> None:
 
 def full(write: bool) -> bool:
     functions = safety_functions()
+    before = sources_digest()
     run = run_mutmut([fn.pattern for fn in functions])
     explained = explained_mutants()
     ok = judge(run, explained, "safety core")
+    write = write and unchanged_since(before)
     survivors = {n for n, s in run.statuses.items() if s not in ("killed", "timeout")}
     for n in sorted(set(explained) - survivors):
         print(f"  note: docs/testing.md explains {n}, which no longer survives (remove the line)")
-    if write:
+    if write and ok:  # a report is a promise that CI need not look again: only a clean pass writes one
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         write_report(Report(date=stamp, commit=head_commit(), minutes=round(run.seconds / 60, 1),
                             functions=report_rows(run, functions, explained, stamp)))
+    elif write:
+        print("the report was not written: first kill or explain what is listed above")
     return ok
 
 
@@ -371,13 +396,17 @@ def changed(cap_s: float, write: bool) -> bool:
         return True
     for c in todo:
         print(f"  {c.function.qualname}: {c.why}")
-    run = run_mutmut([c.function.pattern for c in todo], cap_s=cap_s)
+    before = sources_digest()
+    run = run_mutmut([c.function.pattern for c in todo], cap_s=cap_s or None)
     explained = explained_mutants()
     ok = judge(run, explained, f"{len(todo)} changed safety function(s)")
-    if write and not run.capped:
+    write = write and unchanged_since(before)
+    if write and ok:
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         report.functions.update(report_rows(run, [c.function for c in todo], explained, stamp))
         write_report(report)
+    elif write:
+        print("the report was not written: first kill or explain what is listed above")
     return ok
 
 
@@ -456,7 +485,8 @@ def main() -> int:
     ap.add_argument("part", choices=["changed", "full", "planted"])
     ap.add_argument("--write", nargs="?", const=True, default=None, metavar="PATH",
                     help="full, changed: refresh docs/mutation-report.*; planted: write the results table to PATH")
-    ap.add_argument("--cap-s", type=float, default=480.0, help="changed: stop mutmut after this many seconds")
+    ap.add_argument("--cap-s", type=float, default=300.0,
+                    help="changed: stop mutmut after this many seconds (0: no cap, for a refresh by hand)")
     args = ap.parse_args()
     if args.part == "changed":
         ok = changed(args.cap_s, bool(args.write))

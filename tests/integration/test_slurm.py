@@ -343,8 +343,16 @@ def test_status_shows_the_repos_jobs_and_recover_runs_as_a_job_on_the_repo(clust
     seen: list[str] = []
     read_until(proc, ": bench", seen)
     (job_id, _), = live_jobs(cluster, tmp_path)
-    st = subprocess.run(HARNESS + ["status", "c1", "--hosts-file", str(hosts)], capture_output=True, text=True,
-                        timeout=120)
+    # Freeze the server while we look (its session: the server and its scheduler processes), so the job is
+    # still running and holding the repo however long `harness status` takes on a loaded machine.
+    server_pgid = next(json.loads(line)["pid"] for f in (tmp_path / "nfs" / "jobs").glob("*/*/events.jsonl")
+                       for line in f.read_text().splitlines() if '"launched"' in line)
+    os.killpg(server_pgid, signal.SIGSTOP)
+    try:
+        st = subprocess.run(HARNESS + ["status", "c1", "--hosts-file", str(hosts)], capture_output=True,
+                            text=True, timeout=120)
+    finally:
+        os.killpg(server_pgid, signal.SIGCONT)
     assert st.returncode == 0, st.stdout + st.stderr
     assert f"jobs in the queue: {job_id} RUNNING on {cluster.node}" in st.stdout
     assert "locked by run" in st.stdout  # the repo as the shared storage shows it: the job's agent holds it

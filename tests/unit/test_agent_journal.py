@@ -338,6 +338,7 @@ def test_without_its_saved_bytes_the_revert_restores_every_file_from_the_base_co
     shutil.rmtree(repo / ".git" / "harness" / "backup")
     result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescue"), RecordingLink()).recover()
     assert result["recovered"]["revert"]["verified"] is True
+    assert "nothing to recover" not in result.get("message", ""), "it did recover: the message must not say not"
     assert tree_snapshot(repo) == before
 
 

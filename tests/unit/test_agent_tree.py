@@ -302,6 +302,17 @@ def test_the_tree_manifest_changes_with_any_change_of_bytes_even_one_git_filters
     assert os.path.exists(repo / ".git" / "index")
 
 
+def test_the_manifest_names_exactly_the_tracked_and_untracked_files_and_its_digest_ignores_order(repo):
+    """The verification's two halves: what is compared (every file git knows or would add, nothing else —
+    no entry for the repo itself) and how (a digest of the mapping, whatever order it was built in)."""
+    manifest = Git(str(repo)).manifest()
+    on_disk = {p.relative_to(repo).as_posix() for p in repo.rglob("*")
+               if ".git" not in p.relative_to(repo).parts and (p.is_file() or p.is_symlink())}
+    ignored = set(Git(str(repo)).ignored())
+    assert set(manifest) == on_disk - ignored
+    assert digest(dict(reversed(list(manifest.items())))) == digest(manifest)
+
+
 # ------------------------------------------------------------------ what the plan refuses, before anything changes
 
 
