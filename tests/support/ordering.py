@@ -77,6 +77,8 @@ class _DurationWriter:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Without xdist (`-p no:xdist`, a serial profile) the mark is still ours to read: declare it.
+    config.addinivalue_line("markers", "xdist_group(name): tests that share a session fixture run on one worker")
     path = config.getoption("--write-durations")
     if path and not hasattr(config, "workerinput"):  # the controller (or a serial run) writes; workers do not
         config.pluginmanager.register(_DurationWriter(Path(path)), "harness-durations")
