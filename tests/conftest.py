@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import time
 from pathlib import Path
@@ -18,6 +19,17 @@ from tests.support.sshd import SSHServer, free_port
 
 # Longest tests first (tests/durations.json), so a parallel run does not end on one long test started last.
 pytest_plugins = ["tests.support.ordering"]
+
+
+
+def pytest_configure(config) -> None:
+    """Tests press Ctrl-C on the harness (SIGINT to its pid) as a user does in a terminal, where SIGINT is
+    not ignored. A suite started in the background of a non-interactive shell (`scripts/test &`, nohup, some
+    CI runners) inherits SIGINT ignored, and every child would then inherit that and ignore the Ctrl-C: a
+    Python handler here is reset to the default in each child at exec, so children behave as in a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 PROJECT = Path(__file__).resolve().parents[1]
 PATCHES = PROJECT / "patches"

@@ -172,8 +172,9 @@ def _wait_for_stage(proc, stage):
 
 
 def _host_entry(target, tmp_path):
+    # retry_after: a retried attempt waits 1 s, not the production 30 s (the tests prove the retry, not its wait)
     return {"address": "local", "repo": str(target.repo), "python": str(target.python), "gpus": 8,
-            "workdir": str(tmp_path / "work")}
+            "workdir": str(tmp_path / "work"), "retry_after": 1}
 
 
 @pytest.mark.parametrize("controller", ["alive", "killed-too"])
