@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from . import __version__, report, reportplot
 from .errors import ConfigError
-from .masking import mask_secrets, secret_values
+from .masking import controller_secret_values, mask_secrets
 from .protocol import Status
 from .results import ResultsStore
 from .schemas import Record, RunInfo
@@ -280,7 +280,8 @@ def scoped_svg(svg: str, prefix: str) -> str:
 
 def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = None) -> str:
     """The last `lines` lines of a server log. Logs are masked when fetched (runner); the values of secret-named
-    variables of this environment are masked again, in case the page leaves the machine."""
+    variables of this environment (as `controller_secret_values` picks them) are masked again, in case the page
+    leaves the machine."""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
@@ -288,7 +289,7 @@ def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = 
         data = f.read().decode("utf-8", errors="replace")
     tail = data.splitlines()[-lines:]
     head = f"# last {len(tail)} lines of {path.name}\n" if len(tail) == lines else ""
-    return mask_secrets(head + "\n".join(tail) + "\n", secrets if secrets is not None else secret_values(os.environ))
+    return mask_secrets(head + "\n".join(tail) + "\n", secrets if secrets is not None else controller_secret_values())
 
 
 def copy_logs(records: list[Record], stores: Mapping[str, ResultsStore], out_dir: Path) -> dict[AttemptKey, str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__
 from .errors import HarnessError
-from .masking import mask_secrets
+from .masking import mask_secrets, redact_argv
 from .metrics import summarize
 from .protocol import Spec, Status
 from .resolve import Resolved
@@ -88,7 +88,9 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         agent_python=hello.get("python"),
         hostname=hello.get("hostname"),
     )
-    server = ServerInfo(argv=spec.server.argv, env=redact_env(spec.server.env),
+    # Secret flags' values go whatever their length; any other secret inside an argument is masked too.
+    argv = [mask_secrets(a, follow.secrets) if isinstance(a, str) else a for a in redact_argv(spec.server.argv)]
+    server = ServerInfo(argv=argv, env=redact_env(spec.server.env),
                         port=final.get("port") or spec.server.port, exit_code=final.get("server_exit"),
                         stop=final.get("stop"))
     facts = {name: final[name] for name in AGENT_FACTS if final.get(name)}

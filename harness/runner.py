@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from .agent.hostio import sha256_file
 from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, ResultsError
-from .masking import mask_files, mask_secrets, secret_values
+from .masking import attempt_secrets, mask_files, mask_secrets
 from .protocol import (
     BenchResult,
     Crashed,
@@ -224,7 +224,7 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         _follow_agent(proc, spec, follow, reporter, label, same_clock, silence_s=max(6.0, 3 * host.keepalive))
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
-            mask_files(fetch_into, secret_values(spec.server.env))
+            mask_files(fetch_into, follow.secrets)  # set by _follow_agent, which a final report implies
     finally:
         if transport is not None:
             transport.close()
@@ -249,7 +249,7 @@ def _follow_agent(proc: RemoteProcess, spec: Spec, follow: AgentReport, reporter
                 proc.write(b'{"cmd": "abort"}\n')
                 return
 
-    follow.secrets = secret_values(spec.server.env)
+    follow.secrets = attempt_secrets(spec)
     proc.write((json.dumps(spec.to_dict()) + "\n").encode())
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     if follow.cancel is not None:
