@@ -162,6 +162,13 @@ def test_log_excerpt_masks_secret_values_of_the_environment(store, tmp_path, mon
     assert SECRET not in excerpt and "HF_TOKEN=<redacted>" in excerpt
 
 
+def test_log_excerpt_leaves_short_values_of_secret_named_variables_alone(store, tmp_path, monkeypatch):
+    # A stray `SOME_KEY=server` in the shell that writes the page is no secret: the excerpt keeps its words.
+    monkeypatch.setenv("SOME_KEY", "server")
+    page, _, _ = write(store, tmp_path / "page", "run-a")
+    assert "line 499 of the server log" in (page.parent / "logs/run-a/crashy-01.log.txt").read_text()
+
+
 def test_without_matplotlib_the_page_says_so_instead_of_plots(store, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     _, p, text = write(store, tmp_path / "page", "run-a")
