@@ -6,22 +6,36 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from .config import HostConfig, Inventory, load_inventory
 from .errors import ConfigError
 from .exits import errors_to_exit_codes
 from .project import default_results_dir, missing_inventory_hint
 from .results import ResultsStore
+from .safetext import display_lines
 
 # soft_wrap: never break a line inside a path or a command a user may copy.
 # On a pipe rich assumes 80 columns: tables (plans, comparisons) would be folded into unreadable cells, so 180
 # unless COLUMNS says otherwise (e.g. COLUMNS=80 for a mail or a narrow log viewer).
 _PIPE_WIDTH = None if sys.stdout.isatty() else (int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit()
                                                 else 180)
-out = Console(soft_wrap=True, width=_PIPE_WIDTH)
-err = Console(stderr=True, soft_wrap=True)
+
+
+class SafeConsole(Console):
+    """A console that shows a host's control characters escaped in whatever string it prints (messages,
+    table cells): rich passes ESC through, so an OSC 52 in a fatal line would set the clipboard. The markup
+    is read after, so escaped text (rich.markup.escape) stays escaped."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(display_lines(text), **kwargs)
+
+
+out = SafeConsole(soft_wrap=True, width=_PIPE_WIDTH)
+err = SafeConsole(stderr=True, soft_wrap=True)
 _debug = False
 RESULTS_HELP = ("Where records go (default: $HARNESS_RESULTS_DIR, else results/ of the checkout harness runs from, "
                 "else ~/.local/share/harness/results; never the current folder).")

@@ -28,6 +28,7 @@ from .errors import ConfigError
 from .masking import controller_secret_values, mask_secrets
 from .protocol import Status
 from .results import ResultsStore
+from .safetext import display_lines
 from .schemas import Record, RunInfo
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
@@ -289,7 +290,8 @@ def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = 
         data = f.read().decode("utf-8", errors="replace")
     tail = data.splitlines()[-lines:]
     head = f"# last {len(tail)} lines of {path.name}\n" if len(tail) == lines else ""
-    return mask_secrets(head + "\n".join(tail) + "\n", secrets if secrets is not None else controller_secret_values())
+    excerpt = mask_secrets(head + "\n".join(tail) + "\n", secrets if secrets is not None else controller_secret_values())
+    return display_lines(excerpt)  # for reading (browser, terminal): server.log itself stays byte-exact
 
 
 def copy_logs(records: list[Record], stores: Mapping[str, ResultsStore], out_dir: Path) -> dict[AttemptKey, str]:
@@ -314,11 +316,21 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "_"
 
 
+def _shown(value: Any) -> Any:
+    """Every value the page prints: a host's control characters shown escaped (autoescape then makes it HTML);
+    markup the harness made itself (the plots' SVG, marked safe) is left as it is."""
+    from markupsafe import Markup
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return display_lines(value)
+    return value
+
+
 def render(context: dict[str, Any]) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(loader=PackageLoader("harness", "templates"), autoescape=select_autoescape(["html", "j2"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     return env.get_template("report.html.j2").render(**context)
 
 

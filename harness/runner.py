@@ -37,6 +37,7 @@ from .protocol import (
 from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
 from .results import ResultsStore
+from .safetext import display_line
 from .schemas import Record, SlurmJob, SweepAttempt
 from .shipping import ensure_agent
 from .slurm import JobInfo, describe
@@ -330,7 +331,7 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
         follow.live_verdict = verdict.to_dict()
         if ev.died_at is not None:
             follow.detect_latency_s = round(time.time() - (ev.died_at - follow.clock_offset), 4)
-        reporter.note(label, f"crashed ({verdict.category}): {verdict.key_line or ev.fatal_line or ''}")
+        reporter.note(label, f"crashed ({verdict.category}): {display_line(verdict.key_line or ev.fatal_line or '')}")
     elif isinstance(ev, Hung):
         reporter.note(label, f"hung: {ev.reason}")
     elif isinstance(ev, BenchResult):
@@ -366,7 +367,7 @@ def _note_job_state(follow: AgentReport, ev: JobState) -> None:
     if ev.state == "RUNNING" and job.state != "RUNNING" and job.queued_s is None:
         job.queued_s = round(ev.t - follow.job_submitted, 3)
     job.state, job.node = ev.state, ev.node or job.node
-    job.reason = ev.reason or job.reason
+    job.reason = display_line(ev.reason) if ev.reason else job.reason  # squeue's words, shown: escaped
     job.login_lost_s = ev.login_lost_s or job.login_lost_s
 
 

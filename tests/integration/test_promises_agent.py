@@ -9,6 +9,7 @@ the attempt's processes are found with `marked_processes` (read from /proc).
 4. The agent's stdin closing (the controller gone) aborts the attempt on its own, with no heartbeat.
 5. A secret in the server's environment never reaches the terminal, the record or any kept file — also
    when it is inside the fatal line, a failed benchmark's output or a hung server's stack dump.
+6. Terminal control sequences in a fatal line reach neither the terminal nor the record; the log keeps them.
 """
 
 from __future__ import annotations
@@ -437,6 +438,37 @@ def test_secret_in_a_hung_servers_stack_dump_is_masked(tmp_path, sim_target):
     dump = (rec_dir / "stack-dump.txt").read_text()
     assert 'token: "<redacted>"' in dump  # the dump is kept, minus the secret
     _assert_secret_nowhere(secret, p, rec_dir)
+
+
+# ============================================================================ 6. hostile host text
+
+
+def test_control_sequences_in_the_fatal_line_reach_neither_terminal_nor_record_but_stay_in_the_log(
+        tmp_path, sim_target):
+    """A fatal line holding OSC 52 (sets the clipboard) and OSC 0 (the window title) is shown escaped on the
+    terminal and in the record's key line; server.log, the evidence, keeps the bytes as the host wrote them."""
+    crash = ("    try:\n"
+             "        raise RuntimeError('CUDA error: an illegal memory access was encountered '\n"
+             "                           '\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;pwned\\x1b\\\\ (warmup)')\n"
+             "    except RuntimeError:\n"
+             "        logger.error(f'Initialization failed. warmup error: {get_exception_traceback()}')\n"
+             "        kill_process_tree(os.getpid())\n"
+             "        return False\n")
+    patches, _ = make_patch_set(tmp_path, "crash_with_osc", lambda repo: insert_after(
+        repo / HTTP_SERVER, "def _execute_server_warmup(server_args):\n", crash))
+    f = write_experiment(tmp_path, "fatal-osc", free_port(), backend="flashinfer-mla", patches=["crash_with_osc"],
+                         bench=SMALL_BENCH)
+    p, rec_dir = _run_cli_with_secret(tmp_path, sim_target, f, patches)
+    rec = json.loads((rec_dir / "record.json").read_text())
+    assert rec["status"] == "crashed", rec["error"]
+    assert rec["verdict"]["category"] == "illegal-memory-access"
+    key_line = rec["verdict"]["key_line"]
+    assert "\x1b" not in key_line and "\x07" not in key_line
+    assert "encountered \\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;pwned\\x1b\\ (warmup)" in key_line  # shown, escaped
+    terminal = p.stdout + p.stderr
+    assert "\x1b" not in terminal and "\x07" not in terminal, terminal
+    assert "\\x1b]52;c;cm0gLXJmIH4=" in p.stdout  # the crash was reported, escaped
+    assert b"encountered \x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x1b\\ (warmup)" in (rec_dir / "server.log").read_bytes()
 
 
 # ============================================================================ 3. per-version variants
