@@ -302,6 +302,13 @@ def _nested_gitfile(tmp_path: Path) -> dict:
     return {"checkout": repo}
 
 
+def _force_over_existing(tmp_path: Path) -> dict:
+    """--force replaces a set only once the new one is made: a refusal leaves the old one as it was."""
+    kw = _existing(tmp_path)
+    _nested_repo(kw["checkout"])
+    return {**kw, "force": True}
+
+
 def _submodule(tmp_path: Path) -> Path:
     repo = make_checkout(tmp_path)
     _nested_repo(repo)
@@ -373,6 +380,7 @@ REFUSALS: dict[str, tuple[Callable[[Path], dict], str, str]] = {
     "nested-repo": (_untracked_nested_repo, "third_party/lib/ holds its own git repository", ".gitignore"),
     "nested-repo-no-commit": (_untracked_nested_repo_no_commit, "third_party/lib/ holds its own git repository",
                               "move third_party/lib/.git out"),
+    "force-over-existing": (_force_over_existing, "third_party/lib/ holds its own git repository", ".gitignore"),
     "nested-gitfile": (_nested_gitfile, "wt/ holds its own git repository", "wt/ to .gitignore"),
     "submodule-moved": (_submodule_moved, "submodule third_party/lib differs from HEAD", "git submodule update"),
     "submodule-dirty": (_submodule_dirty, "submodule third_party/lib differs from HEAD", "git submodule update"),
