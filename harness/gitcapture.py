@@ -203,7 +203,10 @@ def _walk(root: str, ignored: set[str], gitlinks: set[str]) -> tuple[list[str], 
                              and (rel or d != ".git"))
         for name in filenames:
             path = os.path.join(rel, name)
-            kind = _special_kind(os.lstat(os.path.join(root, path)).st_mode)
+            try:
+                kind = _special_kind(os.lstat(os.path.join(root, path)).st_mode)
+            except OSError:  # gone since the folder was listed: nothing to capture
+                continue
             if kind and path not in ignored:
                 special.append((path, kind))
     return nested, sorted(special)
