@@ -230,3 +230,29 @@ def replace_file(path: Path, data: bytes | Callable[[IO[bytes]], None]) -> None:
         except OSError:
             pass
         raise
+
+
+def check_output_file(path: Path, mark: bytes | None, option: str) -> None:
+    """A lone output file (`option`, e.g. --plot) may be written at `path` only when nothing is there or the
+    harness wrote what is there (`mark`, a tag the harness embeds in the file, found in it); refuses links,
+    folders and anyone else's file, naming them."""
+    hint = f"choose another file name for {option}, or move that out of the way first"
+    if path.is_symlink():
+        raise _refuse(path, f"a symbolic link (to {os.readlink(path)})", hint)
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise ConfigError(f"{path.parent} is not a folder, so {path.name} cannot be written there",
+                              hint=f"create the folder, or give {option} a file in one that exists")
+        return
+    if not path.is_file():
+        raise _refuse(path, "not a regular file", hint)
+    try:
+        ours = mark is not None and path.stat().st_size <= MAX_MARKED and mark in path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror or e})", hint=hint) from None
+    if not ours:
+        raise _refuse(path, "a file the harness did not write (it carries no mark of the harness)", hint)
+
+
+MAX_MARKED = 64 << 20  # a file of ours is a plot (well under this); a larger one is someone else's
+

@@ -44,7 +44,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
     _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
-        reportplot.plot(rows, metric, str(plot_file))
+        reportplot.plot(rows, metric, plot_file)
     if fmt == "markdown":
         print(report.to_markdown(rows, metric), end="")
     elif fmt == "csv":
