@@ -45,7 +45,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
     _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
-        reportplot.plot(rows, metric, str(plot_file))
+        reportplot.plot(rows, metric, plot_file)
     if fmt == "markdown":
         print(display_lines(report.to_markdown(rows, metric)), end="")  # a host's words shown escaped
     elif fmt == "csv":
