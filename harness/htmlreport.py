@@ -288,7 +288,8 @@ def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = 
         data = f.read().decode("utf-8", errors="replace")
     tail = data.splitlines()[-lines:]
     head = f"# last {len(tail)} lines of {path.name}\n" if len(tail) == lines else ""
-    excerpt = mask_secrets(head + "\n".join(tail) + "\n", secrets if secrets is not None else controller_secret_values())
+    secrets = secrets if secrets is not None else controller_secret_values()
+    excerpt = mask_secrets(head + "\n".join(tail) + "\n", secrets)
     return display_lines(excerpt)  # for reading (browser, terminal): server.log itself stays byte-exact
 
 
