@@ -15,15 +15,15 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Dict, Optional
 
 from ..protocol import FileEntry, PatchEntry
 from .errors import StageFailed
-from .hostio import read_json, run, sha256_file, write_json_atomic
-from .patchpaths import git_unquote, is_dot_git, path_problem
+from .hostio import read_json, run, write_json_atomic
+from .patchpaths import git_unquote, path_problem
+from .treescan import describe, git_manifest, ignored_manifest, write_problem
 
 Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
@@ -85,24 +85,12 @@ class Git:
         (what `git add` would store) can stay the same while its bytes changed; this cannot.
         """
         raw = self.out("ls-files", "-z", "--cached", "--others", "--exclude-standard")
-        return {rel: _describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
+        return {rel: describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
 
     def ignored(self) -> list[str]:
         """Every untracked file that .gitignore hides (a file new in an ignored folder counts too)."""
         raw = self.out("ls-files", "-z", "--others", "--ignored", "--exclude-standard")
         return sorted(set(raw.split("\0")) - {""})
-
-
-def _describe(path: str) -> str:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return "missing"
-    if stat.S_ISLNK(st.st_mode):
-        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
-    if not stat.S_ISREG(st.st_mode):
-        return "other:%o" % stat.S_IFMT(st.st_mode)  # a submodule's folder, a fifo
-    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))
 
 
 def deepest_first(dirs: Iterable[str]) -> list[str]:
@@ -161,27 +149,6 @@ def unsafe_path(rel: str) -> bool:
     return path_problem(rel) is not None
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def _bytecode(rel: str) -> bool:
-    """Python's own caches: a server importing a patched module rewrites them, and Python checks them
-    against their source's size and mtime (restored by the revert), so they are no part of the promise."""
-    return rel.endswith((".pyc", ".pyo")) or "__pycache__" in rel.split("/")
-
-
-def _describe_stat(path: str) -> str:
-    """An ignored file, cheaply (build outputs may be large): its type, mode, size and mtime, a link's target."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return "missing"
-    if stat.S_ISLNK(st.st_mode):
-        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
-    return "stat:%o:%d:%d" % (st.st_mode, st.st_size, st.st_mtime_ns)
-
-
 class Tree:
     """One target repo: its git, its journal file, and a scratch folder outside the tree."""
 
@@ -217,22 +184,10 @@ class Tree:
         `ignored` files (those that were there before, Python's caches aside) by type, size and mtime, and
         git's config and hooks by content — a hook is code git itself runs, the revert's checkout included."""
         manifest = self.git.manifest()
-        for rel in ignored:
-            if not _bytecode(rel):
-                manifest[rel] = _describe_stat(os.path.join(self.repo, rel))
-        manifest.update(self.git_manifest())
-        return manifest
-
-    def git_manifest(self) -> dict[str, str]:
-        """`.git/config` and every file under `.git/hooks/`, by content (small: read whole)."""
+        manifest.update(ignored_manifest(self.repo, ignored))
         assert self.common_dir is not None
-        out = {".git/config": _describe(os.path.join(self.common_dir, "config"))}
-        hooks = os.path.join(self.common_dir, "hooks")
-        for folder, dirs, names in os.walk(hooks):
-            for name in names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
-                rel = os.path.relpath(os.path.join(folder, name), self.common_dir).replace(os.sep, "/")
-                out[".git/" + rel] = _describe(os.path.join(folder, name))
-        return out
+        manifest.update(git_manifest(self.common_dir))
+        return manifest
 
     def snapshot(self, ignored: Iterable[str] = ()) -> str:
         """The tree as it is now (see `full_manifest`): kept beside the journal (to name what differs should
@@ -309,30 +264,8 @@ class Tree:
         return {"patch_paths": patch_paths, "files": files, "restore": sorted(touched & tracked), "delete": delete,
                 "created_dirs": deepest_first(created_dirs)}
 
-    def write_problem(self, rel: str, whole_file: bool) -> Optional[str]:
-        """Why writing `rel` would leave the work tree (None: it would not), judged on the real tree: a
-        symbolic link on its way (git refuses those for patches; a files/ entry must not follow one either,
-        nor replace one: `whole_file`) or a real location outside the repo or inside its git dir."""
-        parts = [p for p in rel.split("/") if p not in ("", ".")]
-        for k in range(1, len(parts) + (1 if whole_file else 0)):
-            here = os.path.join(self.repo, *parts[:k])
-            if os.path.islink(here):
-                return "goes through the symbolic link %s (to %s)" % ("/".join(parts[:k]), os.readlink(here))
-            if not os.path.isdir(here):
-                break  # not there yet: what makedirs creates below it is real folders
-        folder = os.path.dirname(os.path.join(self.repo, *parts))
-        while not os.path.lexists(folder):
-            folder = os.path.dirname(folder)
-        real, root = os.path.realpath(folder), os.path.realpath(self.repo)
-        if not _inside(real, root):
-            return "would land outside the work tree, in %s" % real
-        if any(_inside(real, g) for g in self.git_dirs) or \
-                any(is_dot_git(p) for p in os.path.relpath(real, root).split(os.sep)):
-            return "would land inside git's own folder, in %s" % real
-        return None
-
     def _refuse_escape(self, rel: str, whole_file: bool, what: str) -> None:
-        problem = self.write_problem(rel, whole_file)
+        problem = write_problem(self.repo, self.git_dirs, rel, whole_file)
         if problem:
             raise StageFailed("apply-failed", "%s %s: refused, a patch set writes only inside the work tree "
                               "(never through a symbolic link, never into .git)" % (what, problem))
