@@ -153,10 +153,9 @@ def check_paths(folder: Path, patches: list[PatchFile], files: list[NewFile]) ->
         return
     first = refusals[0]
     same = [r for r in refusals if r.source == first.source]
-    listed = "; ".join(f"{r.path}: {r.reason}" for r in same)
+    listed = "; ".join(f"{r.path} {r.reason}" for r in same)
     if first.source.startswith("files/"):
-        raise ConfigError(f"{first.source} would be written outside the work tree: {first.reason}",
-                          file=folder / first.source,
+        raise ConfigError(f"{first.source} {first.reason}", file=folder / first.source,
                           hint="a patch set may only write inside the work tree, never into .git/ or through "
                                "a symbolic link")
     raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {listed}",

@@ -70,11 +70,11 @@ def path_problem(rel: str) -> Optional[str]:
     """Why `rel` may not be written by a patch set (None: it may): absolute, `..`, or inside `.git`."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if not parts or rel.startswith("/"):
-        return "not a path relative to the repo root"
+        return "is not a path relative to the repo root"
     if ".." in parts:
         return "leaves the work tree ('..')"
     if any(is_dot_git(p) for p in parts):
-        return "inside .git/"
+        return "is inside .git/"
     return None
 
 
