@@ -265,6 +265,9 @@ def patch_set_refusals(patches: List[Tuple[str, str]], files: List[str]) -> List
     written = [(name, p, False) for name, f in sections for p in f.names] + \
         [("files/" + p, p, True) for p in files]
     for source, path, whole_file in written:
+        bad = path_problem(path)
+        if bad and whole_file:
+            out.append(Refusal(source, path, bad))  # a patch's names were checked above
         parts = _parts(path)
         through = [k for k in range(1, len(parts) + (1 if whole_file else 0)) if _key(parts[:k]) in links]
         if through and not path_problem(path):

@@ -100,3 +100,9 @@ def test_a_removed_line_that_looks_like_a_header_is_content_not_a_path(tmp_path)
     root = make_set(tmp_path, [text])
     assert load_patch_set(root, "hostile").variants[0].patches[0].text == text
     assert diff_paths(text) == {"notes.md"}
+
+
+@pytest.mark.parametrize("entry", [".Git/config", "pkg/.GIT/x"])
+def test_a_whole_file_inside_git_in_any_case_is_refused_naming_it(tmp_path, entry):
+    err = refusal(tmp_path, [], {entry: "#!/bin/sh\n"})
+    assert f"files/{entry} is inside .git/" in str(err) and str(err.file).endswith("hostile/files/" + entry)
