@@ -180,8 +180,10 @@ def _header_line(cur: DiffFile, line: str) -> None:
                 cur.names.append(_whole_name(line[len(key):]))
                 if key.endswith("to "):
                     cur.new = cur.names[-1]
-        if line.startswith("new file mode ") or line.startswith("new mode "):
+        if line.startswith(("new file mode ", "new mode ")):
             cur.link = line.split()[-1] == LINK_MODE
+        elif line.startswith("index ") and len(line.split()) == 3 and line.split()[-1] == LINK_MODE:
+            cur.link = True  # a tracked link given a new target
     if cur.new is None and cur.names:
         cur.new = cur.names[-1]
 

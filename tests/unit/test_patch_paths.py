@@ -106,3 +106,11 @@ def test_a_removed_line_that_looks_like_a_header_is_content_not_a_path(tmp_path)
 def test_a_whole_file_inside_git_in_any_case_is_refused_naming_it(tmp_path, entry):
     err = refusal(tmp_path, [], {entry: "#!/bin/sh\n"})
     assert f"files/{entry} is inside .git/" in str(err) and str(err.file).endswith("hostile/files/" + entry)
+
+
+def test_a_tracked_link_given_a_target_outside_is_refused(tmp_path):
+    """No mode line: the link's mode is only on git's `index` line."""
+    text = ("diff --git a/lnk b/lnk\nindex 1111111..2222222 120000\n--- a/lnk\n+++ b/lnk\n@@ -1 +1 @@\n-pkg\n"
+            "\\ No newline at end of file\n+/etc\n\\ No newline at end of file\n")
+    err = refusal(tmp_path, [text], {"lnk/passwd": "x\n"})
+    assert "lnk" in str(err) and "/etc" in str(err) and err.file is not None and err.file.name == "0001.patch"
