@@ -3,8 +3,8 @@
 The promise kept here: the tree is left byte for byte as it was found. The journal (under `.git/`, so
 the tree stays clean) is written before the first byte changes and lists exactly what to restore from
 the base commit and what to delete; revert restores exactly that — never a blanket `git clean`, which
-would delete the user's own files — then compares git's tree hash of tracked plus untracked-not-ignored
-files with the one taken before. Only a verified revert removes the journal.
+would delete the user's own files — then compares tracked, untracked and ignored files and .git's config
+and hooks with what was there before (treescan.py). Only a verified revert removes the journal.
 """
 
 from __future__ import annotations
