@@ -10,6 +10,8 @@ the attempt's processes are found with `marked_processes` (read from /proc).
 5. A secret in the server's environment never reaches the terminal, the record or any kept file — also
    when it is inside the fatal line, a failed benchmark's output or a hung server's stack dump.
 6. Terminal control sequences in a fatal line reach neither the terminal nor the record; the log keeps them.
+7. A patch set writes only inside its tree: a whole file through a link the host's tree already has,
+   pointing outside, is refused on the host before anything is written.
 """
 
 from __future__ import annotations
@@ -511,3 +513,32 @@ def test_a_host_whose_sglang_has_no_variant_is_refused_before_anything_changes(t
     assert "elsewhere has variants for sglang==0.5.16, sglang==0.5.20" in rec.error and "harness-sim" in rec.error
     assert tree_snapshot(sim_target.repo) == before and not journal_file(sim_target.repo).exists()
     assert not (d / "server.log").exists() and marked_processes(run_id) == []
+
+
+# ============================================================================ 7. writes only inside the tree
+
+
+def test_a_whole_file_through_a_tracked_link_to_outside_is_refused_on_the_host_writing_nothing(
+        tmp_path, sshd, sim_target):
+    """The controller cannot see the host's tree: a tracked link there pointing outside is the agent's to
+    notice — before a byte is written, so the tree and the folder outside stay as they were."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.txt").write_text("theirs\n")
+    (sim_target.repo / "ext").symlink_to(outside)
+    git(sim_target.repo, "add", "ext")
+    git(sim_target.repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "a link to outside")
+    folder = tmp_path / "patches" / "hostile" / "files" / "ext"
+    folder.mkdir(parents=True)
+    (folder / "evil.py").write_text("EVIL = 1\n")
+    before = tree_snapshot(sim_target.repo)
+    host = ("sim-ssh", HostConfig(**sshd.host_entry(), repo=str(sim_target.repo), python=str(sim_target.python),
+                                  gpus=8, arch="sm90", workdir=str(tmp_path / "work")))
+    f = write_experiment(tmp_path, "hostile", free_port(), patches=["hostile"], bench=SMALL_BENCH)
+    rec, _, _ = attempt(tmp_path, host, f, tmp_path / "patches")
+
+    assert rec.status == "apply-failed", rec.error
+    assert rec.error is not None and "files/ext/evil.py" in rec.error and "symbolic link ext" in rec.error
+    assert sorted(p.name for p in outside.iterdir()) == ["kept.txt"]
+    assert tree_snapshot(sim_target.repo) == before and not journal_file(sim_target.repo).exists()
+    assert rec.revert is None  # refused before anything changed: nothing reverted, so nothing claimed
