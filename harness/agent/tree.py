@@ -263,6 +263,7 @@ class Tree:
         for entry in files:
             if unsafe_path(entry.path):
                 raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
+            self._check_folders_of(entry)
             touched.add(entry.path)
         tracked = self.git.tracked(sorted(touched))
         clash = sorted(touched & set(dirty_before))
@@ -282,6 +283,29 @@ class Tree:
                 d = os.path.dirname(d)
         return {"patch_paths": patch_paths, "files": files, "restore": sorted(touched & tracked), "delete": delete,
                 "created_dirs": deepest_first(created_dirs)}
+
+    def _check_folders_of(self, entry: FileEntry) -> None:
+        """A files/ entry below something that is not a folder (`foo.py/bar` where foo.py is a file, or a
+        link) can never be written: a patch failure to fix in the patch set, not a fault to retry."""
+        for parent in _parents(entry.path):
+            path = os.path.join(self.repo, parent)
+            if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+                raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written: %s in %s is %s, not a "
+                                  "folder; fix that path in the patch set's files/ tree" % (entry.set, entry.path, parent, self.repo,
+                                     "a symbolic link" if os.path.islink(path) else "a file"))
+
+    def _write_file(self, entry: FileEntry) -> None:
+        dest = os.path.join(self.repo, entry.path)
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(base64.b64decode(entry.content_b64))
+            os.chmod(dest, int(entry.mode))
+        except OSError as exc:
+            # A clash that only the patch set's own diff creates (it adds `foo.py`, files/ holds `foo.py/bar`):
+            # the same patch failure; the cleanup reverts what was applied.
+            raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written in %s: %s; fix the patch "
+                              "set's files/ tree" % (entry.set, entry.path, self.repo, exc.strerror or exc)) from None
 
     def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
         """Patches apply as a series and the whole series did not (git said `err`): the first patch whose
@@ -329,11 +353,7 @@ class Tree:
                 text = p.stderr.decode(errors="replace").strip()
                 raise StageFailed("apply-failed", "git apply failed: %s\n%s" % (git_reason(text), text[-3000:]))
         for entry in plan["files"]:
-            dest = os.path.join(self.repo, entry.path)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with open(dest, "wb") as f:
-                f.write(base64.b64decode(entry.content_b64))
-            os.chmod(dest, int(entry.mode))
+            self._write_file(entry)
         # Cross-check with git: anything changed that the journal does not cover is added to it.
         changed = set(self.git.status_entries()) - set(journal["dirty_before"])
         extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
