@@ -17,6 +17,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,6 +73,19 @@ class ResultsStore:
         return sorted(p.parent.name for p in self.root.glob("*/run.json")) if self.root.is_dir() else []
 
     # ------------------------------------------------------------------ writing
+
+    def check_writable(self) -> None:
+        """Before any host is touched: a results folder that cannot take a record (read-only, not a folder) is
+        a clear refusal now, not a traceback after the attempt."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".harness-probe-", dir=self.root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise ConfigError(f"the results folder {self.root} cannot be written ({exc.strerror or exc})",
+                              hint="make it writable, or choose another with --results-dir (or "
+                                   "$HARNESS_RESULTS_DIR)") from None
 
     def new_attempt_dir(self, run_id: str, experiment: str, attempt: str | None = None) -> Path:
         """A fresh folder for one attempt; numbered 01, 02… when `attempt` is not given."""

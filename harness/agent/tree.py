@@ -9,7 +9,6 @@ files with the one taken before. Only a verified revert removes the journal.
 
 from __future__ import annotations
 
-import base64
 import fnmatch
 import hashlib
 import json
@@ -23,6 +22,7 @@ from typing import Any, Dict, Optional
 from ..protocol import FileEntry, PatchEntry
 from .errors import StageFailed
 from .hostio import read_json, run, sha256_file, write_json_atomic
+from .newfiles import check_folders, parents, write_file
 
 Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
@@ -107,16 +107,6 @@ def _describe(path: str) -> str:
 def deepest_first(dirs: Iterable[str]) -> list[str]:
     """Folders in the order they can be removed: each after every folder inside it."""
     return sorted(dirs, key=lambda d: (-d.count("/"), d))
-
-
-def _parents(rel: str) -> list[str]:
-    """'a/b/c.py' -> ['a/b', 'a']"""
-    out = []
-    d = os.path.dirname(rel)
-    while d:
-        out.append(d)
-        d = os.path.dirname(d)
-    return out
 
 
 def copy_raw(src: str, dst: str) -> None:
@@ -263,7 +253,7 @@ class Tree:
         for entry in files:
             if unsafe_path(entry.path):
                 raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
-            self._check_folders_of(entry)
+            check_folders(self.repo, entry)
             touched.add(entry.path)
         tracked = self.git.tracked(sorted(touched))
         clash = sorted(touched & set(dirty_before))
@@ -283,29 +273,6 @@ class Tree:
                 d = os.path.dirname(d)
         return {"patch_paths": patch_paths, "files": files, "restore": sorted(touched & tracked), "delete": delete,
                 "created_dirs": deepest_first(created_dirs)}
-
-    def _check_folders_of(self, entry: FileEntry) -> None:
-        """A files/ entry below something that is not a folder (`foo.py/bar` where foo.py is a file, or a
-        link) can never be written: a patch failure to fix in the patch set, not a fault to retry."""
-        for parent in _parents(entry.path):
-            path = os.path.join(self.repo, parent)
-            if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
-                raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written: %s in %s is %s, not a "
-                                  "folder; fix that path in the patch set's files/ tree" % (entry.set, entry.path, parent, self.repo,
-                                     "a symbolic link" if os.path.islink(path) else "a file"))
-
-    def _write_file(self, entry: FileEntry) -> None:
-        dest = os.path.join(self.repo, entry.path)
-        try:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with open(dest, "wb") as f:
-                f.write(base64.b64decode(entry.content_b64))
-            os.chmod(dest, int(entry.mode))
-        except OSError as exc:
-            # A clash that only the patch set's own diff creates (it adds `foo.py`, files/ holds `foo.py/bar`):
-            # the same patch failure; the cleanup reverts what was applied.
-            raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written in %s: %s; fix the patch "
-                              "set's files/ tree" % (entry.set, entry.path, self.repo, exc.strerror or exc)) from None
 
     def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
         """Patches apply as a series and the whole series did not (git said `err`): the first patch whose
@@ -353,7 +320,7 @@ class Tree:
                 text = p.stderr.decode(errors="replace").strip()
                 raise StageFailed("apply-failed", "git apply failed: %s\n%s" % (git_reason(text), text[-3000:]))
         for entry in plan["files"]:
-            self._write_file(entry)
+            write_file(self.repo, entry)
         # Cross-check with git: anything changed that the journal does not cover is added to it.
         changed = set(self.git.status_entries()) - set(journal["dirty_before"])
         extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
@@ -362,8 +329,8 @@ class Tree:
             journal["restore"] = sorted(set(journal["restore"]) | (set(extra) & tracked))
             journal["delete"] = sorted(set(journal["delete"]) | (set(extra) - tracked))
             # Folders the missed new files brought: those no file lived in before the attempt.
-            had_files = {d for p in self.manifest_before for d in _parents(p)}
-            created = {d for p in set(extra) - tracked for d in _parents(p) if d not in had_files}
+            had_files = {d for p in self.manifest_before for d in parents(p)}
+            created = {d for p in set(extra) - tracked for d in parents(p) if d not in had_files}
             journal["created_dirs"] = deepest_first(set(journal["created_dirs"]) | created)
         journal["state"] = "applied"
         self.save(journal)
