@@ -127,6 +127,25 @@ class ResultsStore:
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from None
         return path
 
+    def note_recovery(self, recovered: dict) -> Path | None:
+        """A later attempt recovered the journal of one whose controller was killed (it left only its
+        provisional record): that record now says what became of the tree — `recovered`, and `revert` when
+        it had none. The journal's ids come from the host: only a run and attempt folder of this store match."""
+        journal = recovered.get("journal") or {}
+        run_id, attempt_id = journal.get("run_id"), journal.get("attempt_id")
+        if not isinstance(run_id, str) or run_id not in self.run_ids() or not isinstance(attempt_id, str):
+            return None
+        for path in self.run_path(run_id).glob(f"*/*/{PROVISIONAL}"):
+            d = path.parent
+            if f"{d.parent.name}-{d.name}" != attempt_id or (d / "record.json").exists():
+                continue
+            record = load_record(path)
+            update: dict = {"recovered": recovered}
+            if record.revert is None:
+                update["revert"] = recovered.get("revert")
+            return self.write_provisional(d, Record.model_validate({**json.loads(record.to_json()), **update}))
+        return None
+
     def drop_provisional(self, attempt_dir: Path) -> None:
         (attempt_dir / PROVISIONAL).unlink(missing_ok=True)
 

@@ -538,3 +538,41 @@ def test_a_recovery_that_cannot_restore_the_tree_is_the_records_revert_unverifie
     assert record.revert is not None and record.revert.verified is False
     assert "pkg/__init__.py" in (record.revert.diff or [])
     assert json.loads(record.to_json())["revert"]["diff"] == record.revert.diff
+
+
+def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_what_became_of_the_tree(repo, tmp_path):
+    """Controller and agent both died while patched: the attempt kept only its provisional record. The next
+    attempt on the host (a real one, through the local transport) recovers the journal; that provisional
+    record then carries the recovery — `recovered`, and `revert` verified — instead of `revert: null`."""
+    from harness.config import HostConfig, load_experiment
+    from harness.errors import HarnessError
+    from harness.resolve import resolve
+    from harness.results import PROVISIONAL, ResultsStore, load_record
+    from harness.runner import run_attempt
+    from harness.schemas import Record
+    from tests.conftest import PATCHES, write_experiment
+
+    before = tree_snapshot(repo)
+    store = ResultsStore(tmp_path / "results")
+    dead = store.new_attempt_dir("r1", "victim", "01")
+    store.write_provisional(dead, Record(run_id="r1", experiment="victim", attempt="01", host="box", status="aborted",
+                                         error="provisional record", provisional=True))
+    dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], attempt_id="victim-01", run_id="r1"),
+                    RecordingLink())
+    dying.take_lock()
+    dying.apply(dying.preflight())
+    dying.release_lock()  # both died here: no cleanup, no record.json
+
+    host = HostConfig(address="local", repo=str(repo), python=sys.executable, workdir=str(tmp_path / "work"),
+                      allow_dirty=("notes.txt",))
+    f = write_experiment(tmp_path, "next", 30000)
+    try:
+        run_attempt(resolve(load_experiment(f), f, PATCHES), "box", host, store, "r2")
+    except HarnessError:
+        pass  # whatever became of the next attempt itself (nothing here is an SGLang): its recovery is the point
+    assert tree_snapshot(repo) == before
+
+    rec = load_record(dead / PROVISIONAL)
+    assert rec.recovered is not None and rec.recovered.journal["attempt_id"] == "victim-01"
+    assert rec.revert is not None and rec.revert.verified is True and rec.revert.tree_after == rec.revert.tree_before
+    assert rec.status == "aborted" and not (dead / "record.json").exists()
