@@ -98,7 +98,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         run_id=run_id, experiment=r.name, attempt=attempt, host=host_name, backend=r.backend_name,
         status=status, error=error, verdict=verdict, timings=timings,
         detect_latency_s=follow.detect_latency_s if status == Status.CRASHED else None,
-        metrics=metrics, provenance=provenance, revert=final.get("revert"),
+        metrics=metrics, provenance=provenance, revert=final.get("revert") or recovered_revert(final),
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
         experiment_file=str(r.file.resolve()), server=server, changed_paths=final.get("changed_paths"),
         recovered=final.get("recovered"), abort_reason=final.get("abort_reason"), profile=profile,
@@ -107,6 +107,14 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_
     return record
+
+
+def recovered_revert(final: dict[str, Any]) -> dict[str, Any] | None:
+    """What became of the tree when this attempt did no revert of its own: the recovery's (its dead agent's
+    watchdog, the controller's `recover`, or this attempt's preflight finding an interrupted one's journal).
+    Verified or not — with the paths that differ — it is the last word on the host's tree."""
+    recovered = final.get("recovered")
+    return recovered.get("revert") if isinstance(recovered, dict) else None
 
 
 def bench_complete(spec: Spec, follow: AgentReport) -> bool:

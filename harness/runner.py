@@ -111,12 +111,27 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
                           time.monotonic() - t0, record_extra)
     store.write_record(directory, record)
     store.drop_provisional(directory)
+    _tell_the_interrupted_attempt(store, follow.final, spec, reporter, label)
     outcome = AttemptOutcome(record, directory)
     if host_error is not None:
         raise host_error
     if follow.interrupted:
         raise Interrupted(f"interrupted; attempt {label} stopped and reverted, record in {directory}")
     return outcome
+
+
+def _tell_the_interrupted_attempt(store: ResultsStore, final: dict | None, spec: Spec, reporter: Reporter,
+                                  label: str) -> None:
+    """This attempt recovered another's leftovers: an attempt of this store whose controller was killed keeps
+    only a provisional record, which then learns what became of the tree."""
+    recovered = (final or {}).get("recovered")
+    journal = (recovered or {}).get("journal") or {}
+    if not recovered or (journal.get("run_id"), journal.get("attempt_id")) == (spec.run_id, spec.attempt_id):
+        return
+    try:
+        store.note_recovery(recovered)
+    except (ResultsError, ValueError) as exc:  # never at this attempt's expense
+        reporter.note(label, f"cannot note the recovery in the interrupted attempt's record: {exc}")
 
 
 def run_attempt_in_foreground(*args: Any, **kwargs: Any) -> AttemptOutcome:

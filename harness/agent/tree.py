@@ -9,7 +9,6 @@ and hooks with what was there before (treescan.py). Only a verified revert remov
 
 from __future__ import annotations
 
-import base64
 import fnmatch
 import hashlib
 import json
@@ -22,6 +21,7 @@ from typing import Any, Dict, Optional
 from ..protocol import FileEntry, PatchEntry
 from .errors import StageFailed
 from .hostio import read_json, run, write_json_atomic
+from .newfiles import check_folders, parents, write_file
 from .patchpaths import git_unquote, path_problem
 from .treescan import describe, git_manifest, ignored_manifest, write_problem
 
@@ -96,16 +96,6 @@ class Git:
 def deepest_first(dirs: Iterable[str]) -> list[str]:
     """Folders in the order they can be removed: each after every folder inside it."""
     return sorted(dirs, key=lambda d: (-d.count("/"), d))
-
-
-def _parents(rel: str) -> list[str]:
-    """'a/b/c.py' -> ['a/b', 'a']"""
-    out = []
-    d = os.path.dirname(rel)
-    while d:
-        out.append(d)
-        d = os.path.dirname(d)
-    return out
 
 
 def copy_raw(src: str, dst: str) -> None:
@@ -244,6 +234,7 @@ class Tree:
             if unsafe_path(entry.path):
                 raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
             self._refuse_escape(entry.path, True, "patch set %s: files/%s" % (entry.set, entry.path))
+            check_folders(self.repo, entry)
             touched.add(entry.path)
         tracked = self.git.tracked(sorted(touched))
         clash = sorted(touched & set(dirty_before))
@@ -323,11 +314,7 @@ class Tree:
         for entry in plan["files"]:
             self._refuse_escape(entry.path, True, "patch set %s: files/%s" % (entry.set, entry.path))
         for entry in plan["files"]:
-            dest = os.path.join(self.repo, entry.path)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with open(dest, "wb") as f:
-                f.write(base64.b64decode(entry.content_b64))
-            os.chmod(dest, int(entry.mode))
+            write_file(self.repo, entry)
         # Cross-check with git: anything changed that the journal does not cover is added to it.
         changed = set(self.git.status_entries()) - set(journal["dirty_before"])
         extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
@@ -336,8 +323,8 @@ class Tree:
             journal["restore"] = sorted(set(journal["restore"]) | (set(extra) & tracked))
             journal["delete"] = sorted(set(journal["delete"]) | (set(extra) - tracked))
             # Folders the missed new files brought: those no file lived in before the attempt.
-            had_files = {d for p in self.manifest_before for d in _parents(p)}
-            created = {d for p in set(extra) - tracked for d in _parents(p) if d not in had_files}
+            had_files = {d for p in self.manifest_before for d in parents(p)}
+            created = {d for p in set(extra) - tracked for d in parents(p) if d not in had_files}
             journal["created_dirs"] = deepest_first(set(journal["created_dirs"]) | created)
         journal["state"] = "applied"
         self.save(journal)

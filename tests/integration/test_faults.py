@@ -205,6 +205,10 @@ def test_agent_sigkilled_mid_benchmark_its_watchdog_cleans_the_host_within_10s(t
         # Whoever took the lock first did it: the watchdog, or the controller's own recovery racing it.
         assert rec["recovered"]["by"] in ("watchdog", "recover") and rec["recovered"]["revert"]["verified"]
         assert rec["recovered"]["stop"]["state"] == "stopped"
+        # The record says what became of the tree, as the recovery found it: restored and verified.
+        assert rec["revert"] == rec["recovered"]["revert"], rec["revert"]
+        assert rec["revert"]["tree_after"] == rec["revert"]["tree_before"] and not rec["revert"]["diff"]
+        assert tree_snapshot(sim_target.repo) == before
     status = host_status("box", HostConfig(**_host_entry(sim_target, tmp_path)))
     assert status["journal"] is None and not status["lock"]["held"]
     figure(f"agent SIGKILLed mid-benchmark (controller {controller})", survived=True,

@@ -577,3 +577,27 @@ def test_a_hook_git_config_or_ignored_file_changed_while_patched_makes_the_rever
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
     assert result["revert"]["verified"] is False and result["revert"]["diff"] == [differs]
     assert result["status"] == "infra-error" and journal_path(repo).exists()
+
+
+def test_whole_file_below_a_tracked_file_is_a_patch_failure_naming_both_and_changes_nothing(repo, tmp_path):
+    """`files/run.sh/extra.py` can never be written (run.sh is a file): no retry can fix it, so it is the
+    patch set's failure (apply-failed) with a sentence — not an agent error with a traceback."""
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [], files=[("run.sh/extra.py", b"x", 0o644)]), RecordingLink()).run()
+    assert result["status"] == "apply-failed", result
+    assert "files/run.sh/extra.py" in result["error"] and "awkward" in result["error"]
+    assert "Traceback" not in result["error"]
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+def test_whole_file_below_a_file_the_same_patch_set_adds_is_a_patch_failure_and_reverted(repo, tmp_path):
+    """The clash only exists once the set's own diff has added `pkg/added.py`: still apply-failed, the diff
+    already applied is reverted."""
+    before = tree_snapshot(repo)
+    added = diff_of(repo, lambda s: (s / "pkg" / "added.py").write_text("A = 1\n"))
+    spec = spec_for(repo, tmp_path, [added], files=[("pkg/added.py/inner.py", b"x", 0o644)])
+    result = Attempt(spec, RecordingLink()).run()
+    assert result["status"] == "apply-failed", result
+    assert "files/pkg/added.py/inner.py" in result["error"] and "Traceback" not in result["error"]
+    assert result["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()

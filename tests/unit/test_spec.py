@@ -88,6 +88,17 @@ def test_non_diff_patch_rejected(project):
     assert "0002-bad.patch" in str(err) and "not a diff git can apply" in str(err)
 
 
+def test_files_entry_below_a_file_the_diff_writes_is_refused_before_any_host(project):
+    """files/x.py/inner.py where the set's diff writes x.py: no host could ever write it."""
+    from harness.patchsets import load_patch_set
+
+    (project / "patches" / "p1" / "files" / "x.py").mkdir()
+    (project / "patches" / "p1" / "files" / "x.py" / "inner.py").write_text("print('never')\n")
+    err = pytest.raises(ConfigError, load_patch_set, project / "patches", "p1").value
+    assert "files/x.py/inner.py" in str(err) and "x.py a file" in str(err)
+    assert str(project / "patches" / "p1" / "files" / "x.py" / "inner.py") in str(err)
+
+
 def test_record_redacts_secret_env():
     from harness.results import redact_env
 
