@@ -138,11 +138,11 @@ def _load_variant(folder: Path, applies_to: tuple[str, ...], order: tuple[str, .
                 continue
             rel = PurePosixPath(*f.relative_to(files_root).parts)
             files.append(NewFile(str(rel), f.read_bytes(), 0o755 if f.stat().st_mode & 0o111 else 0o644))
-    _check_files_below_diff_files(patches, files, files_root)
     if not patches and not files:
         raise ConfigError(f"patch set {label!r} is empty", file=folder,
                           hint="add *.patch files or a files/ tree")
-    check_paths(folder, patches, files)
+    check_paths(folder, patches, files)  # first: a write through a link is a refusal of its own kind
+    _check_files_below_diff_files(patches, files, files_root)
     return Variant(applies_to, tuple(patches), tuple(files), folder)
 
 
@@ -177,15 +177,14 @@ def is_diff(text: str) -> bool:
     return bool(re.search(r"^diff --git ", text, re.MULTILINE) and _GIT_ONLY_CHANGE.search(text))
 
 
-_NEW_SIDE = re.compile(r"^\+\+\+ b/(\S+)", re.MULTILINE)
 
 
 def _check_files_below_diff_files(patches: list[PatchFile], files: list[NewFile], files_root: Path) -> None:
     """files/foo.py/bar where the set's own diff leaves foo.py a file: it can never be written on any host
     (the agent would refuse it too, after contacting one)."""
-    diff_files = {p.strip('"') for patch in patches for p in _NEW_SIDE.findall(patch.text)}
+    written = {f.new for patch in patches for f in diff_files(patch.text) if f.new and not f.link and not f.deleted}
     for entry in files:
-        clash = next((str(d) for d in PurePosixPath(entry.path).parents if str(d) in diff_files), None)
+        clash = next((str(d) for d in PurePosixPath(entry.path).parents if str(d) in written), None)
         if clash:
             raise ConfigError(f"files/{entry.path} cannot be written: the patch set's diff makes {clash} a file, "
                               f"not a folder", file=files_root / entry.path,

@@ -86,6 +86,7 @@ class DiffFile:
     names: List[str] = field(default_factory=list)
     new: Optional[str] = None
     link: bool = False
+    deleted: bool = False  # the file is gone after the patch (`deleted file mode`, `+++ /dev/null`)
     plus: List[str] = field(default_factory=list)  # its hunks' added lines: a link's target
     hunks: int = 0
     seen_old: bool = False
@@ -171,6 +172,7 @@ def _header_line(cur: DiffFile, line: str) -> None:
         cur.seen_old = True
         cur.names += _header_name(line[4:])
     elif line.startswith("+++ "):
+        cur.deleted = cur.deleted or line[4:].strip() == "/dev/null"
         names = _header_name(line[4:])
         cur.names += names
         cur.new = names[0] if names else cur.new
@@ -180,6 +182,8 @@ def _header_line(cur: DiffFile, line: str) -> None:
                 cur.names.append(_whole_name(line[len(key):]))
                 if key.endswith("to "):
                     cur.new = cur.names[-1]
+        if line.startswith("deleted file mode "):
+            cur.deleted = True
         if line.startswith(("new file mode ", "new mode ")):
             cur.link = line.split()[-1] == LINK_MODE
         elif line.startswith("index ") and len(line.split()) == 3 and line.split()[-1] == LINK_MODE:
