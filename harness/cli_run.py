@@ -88,7 +88,8 @@ def sweep(
         sweep_cfg, _ = load_sweep(sweep_file)
         names = sweep_host_names(parse_host_list(hosts_opt), sweep_cfg.hosts, inventory.hosts, hosts_path, run)
         hosts = {n: inventory.hosts[n] for n in names}
-        check_local_python(hosts, hosts_path)
+        # No up-front python check here: in a sweep a host that cannot run is left out, saying why, and its
+        # work stays for the others or a resume (`run`, on one host, refuses at once).
         pdir = patches_dir or default_patches_dir(sweep_file)
         run_id = run.run_id if run is not None else new_run_id()
         if dry_run:
