@@ -18,7 +18,9 @@ def compare(
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
     metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
-    plot_file: Optional[Path] = typer.Option(None, "--plot", help="Draw the metric per experiment (matplotlib)."),
+    plot_file: Optional[Path] = typer.Option(
+        None, "--plot", help="Draw the metric per experiment (matplotlib) in this new file (.png, .svg, .pdf) or "
+                             "over an earlier plot of the harness."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
 ) -> None:
     """One row per experiment: status (cause for failures), medians with spread, ratio to the baseline
@@ -32,7 +34,9 @@ def compare(
 
 def report(
     runs: list[str] = typer.Argument(..., help="Run ids (under --results-dir) or run folders; two show what changed."),
-    html_dir: Path = typer.Option(..., "--html", help="Folder to write the page (index.html) and its log excerpts in."),
+    html_dir: Path = typer.Option(
+        ..., "--html", help="Folder to write the page (index.html) and its log excerpts in: new, empty or an "
+                            "earlier page's (only the harness's own files there are replaced)."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
     metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),

@@ -81,7 +81,9 @@ def patch_new(
     """Make a patch set from your checkout's changes.
 
     Its uncommitted changes (untracked files included), or --range's commits, become patch files, with a
-    patchset.yaml (applies_to: the checkout's SGLang) and a README stub to finish."""
+    patchset.yaml (applies_to: the checkout's SGLang) and a README stub to finish. What a patch cannot carry
+    byte for byte (a nested repository or submodule, a fifo, a link out of the checkout, a file git's
+    filters rewrite) is refused by path, and nothing is written."""
     from .patchnew import make_patch_set
 
     with exit_on_errors():

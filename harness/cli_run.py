@@ -10,7 +10,16 @@ import typer
 from rich.markup import escape
 
 from . import views
-from .cli_common import RESULTS_HELP, err, exit_on_errors, open_store, out, pick_host, read_inventory
+from .cli_common import (
+    RESULTS_HELP,
+    check_local_python,
+    err,
+    exit_on_errors,
+    open_store,
+    out,
+    pick_host,
+    read_inventory,
+)
 from .config import HostConfig, load_experiment
 from .errors import EXIT_INTERRUPTED, ConfigError
 from .progress import AttemptProgress, SweepProgress
@@ -40,7 +49,8 @@ def run(
         hosts_path = hosts_file or default_hosts_file(experiment)
         inventory = read_inventory(hosts_path)
         name, host_cfg = pick_host(inventory.hosts, host, hosts_path)
-        store = open_store(results_dir, announce=True)
+        check_local_python({name: host_cfg}, hosts_path)
+        store = open_store(results_dir, announce=True, writable=True)
         run_id = new_run_id()
         with AttemptProgress(out) as progress:
             outcome = run_attempt_in_foreground(resolved, name, host_cfg, store, run_id, reporter=progress,
@@ -68,7 +78,7 @@ def sweep(
     from .resume import parse_host_list, recorded_path, resume_command, sweep_host_names
 
     with exit_on_errors():
-        store = open_store(results_dir, announce=not dry_run)
+        store = open_store(results_dir, announce=not dry_run, writable=not dry_run)
         run = resumed_run(store, resume, sweep_file) if resume else None
         if run is not None:  # what the run was planned with, unless given again
             hosts_file = recorded_path(hosts_file, run.hosts_file, "host inventory", run.run_id)
@@ -78,6 +88,8 @@ def sweep(
         sweep_cfg, _ = load_sweep(sweep_file)
         names = sweep_host_names(parse_host_list(hosts_opt), sweep_cfg.hosts, inventory.hosts, hosts_path, run)
         hosts = {n: inventory.hosts[n] for n in names}
+        # No up-front python check here: in a sweep a host that cannot run is left out, saying why, and its
+        # work stays for the others or a resume (`run`, on one host, refuses at once).
         pdir = patches_dir or default_patches_dir(sweep_file)
         run_id = run.run_id if run is not None else new_run_id()
         if dry_run:

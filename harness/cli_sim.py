@@ -64,7 +64,7 @@ def demo(
                                          arch=arch, workdir=str(Path(tmp) / name / ".venv" / "harness-work"))
             out.print(f"two simulated SGLang targets: {', '.join(f'{n} ({h.arch})' for n, h in hosts.items())}; "
                       f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
-            store = open_store(results_dir, announce=True)
+            store = open_store(results_dir, announce=True, writable=True)
             outcome = run_sweep(sweep_file, patches_dir, hosts, store, new_run_id())
         views.show_comparison(out, [(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
                           plot_file=None)

@@ -4,8 +4,9 @@ The page is static HTML: CSS inline, plots inline SVG (drawn by matplotlib when 
 browser, server or network is needed to read it), the failed attempts' log excerpts copied beside it under
 `logs/` and linked relatively — the folder opens from disk or from any static host.
 
-`build_context` is pure (rows and records in, a dict for the template out); `write_html` copies the log
-excerpts, renders the template and writes the folder. The numbers and their words come from `report`
+`build_context` is pure (rows and records in, a dict for the template out); `write_html` reads the log
+excerpts, renders the template and writes the folder (outdir.py: only files the harness wrote are ever
+replaced). The numbers and their words come from `report`
 (rows, cells, ratios, significance): nothing is computed twice.
 """
 
@@ -15,7 +16,6 @@ import dataclasses
 import io
 import os
 import re
-import shutil
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from . import __version__, report, reportplot
-from .errors import ConfigError
-from .masking import mask_secrets, secret_values
+from . import __version__, outdir, report, reportplot
+from .masking import controller_secret_values, mask_secrets
 from .protocol import Status
 from .results import ResultsStore
+from .safetext import display_lines
 from .schemas import Record, RunInfo
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"
-GENERATOR = '<meta name="generator" content="harness '  # how an earlier page of ours is told apart
 NO_MATPLOTLIB = ("matplotlib is not installed, so this page has no plots (the table above has every number). "
                  "Install it with: pip install 'harness[plot]', then write the page again.")
 REFUSED = {Status.PREFLIGHT_FAILED: "refused before launch"}
@@ -280,7 +279,8 @@ def scoped_svg(svg: str, prefix: str) -> str:
 
 def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = None) -> str:
     """The last `lines` lines of a server log. Logs are masked when fetched (runner); the values of secret-named
-    variables of this environment are masked again, in case the page leaves the machine."""
+    variables of this environment (as `controller_secret_values` picks them) are masked again, in case the page
+    leaves the machine."""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
@@ -288,13 +288,15 @@ def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = 
         data = f.read().decode("utf-8", errors="replace")
     tail = data.splitlines()[-lines:]
     head = f"# last {len(tail)} lines of {path.name}\n" if len(tail) == lines else ""
-    return mask_secrets(head + "\n".join(tail) + "\n", secrets if secrets is not None else secret_values(os.environ))
+    secrets = secrets if secrets is not None else controller_secret_values()
+    excerpt = mask_secrets(head + "\n".join(tail) + "\n", secrets)
+    return display_lines(excerpt)  # for reading (browser, terminal): server.log itself stays byte-exact
 
 
-def copy_logs(records: list[Record], stores: Mapping[str, ResultsStore], out_dir: Path) -> dict[AttemptKey, str]:
-    """Each failed attempt's server log excerpt as `out_dir/logs/<run>/<experiment>-<attempt>.log.txt`;
-    attempt → link relative to the page."""
-    links = {}
+def log_excerpts(records: list[Record], stores: Mapping[str, ResultsStore]) -> dict[AttemptKey, tuple[str, str]]:
+    """Each failed attempt's server log excerpt, to be written beside the page as
+    `logs/<run>/<experiment>-<attempt>.log.txt`: attempt → (its path relative to the page, the excerpt)."""
+    out = {}
     for rec in records:
         store = stores.get(rec.run_id)
         if rec.status == Status.OK or store is None:
@@ -302,55 +304,44 @@ def copy_logs(records: list[Record], stores: Mapping[str, ResultsStore], out_dir
         src = store.run_path(rec.run_id) / rec.experiment / rec.attempt / "server.log"
         if not src.is_file():
             continue
-        rel = Path("logs") / _safe(rec.run_id) / f"{_safe(rec.experiment)}-{_safe(rec.attempt)}.log.txt"
-        (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out_dir / rel).write_text(log_excerpt(src), encoding="utf-8")
-        links[attempt_key(rec)] = "/".join(quote(part) for part in rel.parts)
-    return links
+        rel = f"logs/{_safe(rec.run_id)}/{_safe(rec.experiment)}-{_safe(rec.attempt)}.log.txt"
+        out[attempt_key(rec)] = (rel, log_excerpt(src))
+    return out
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "_"
 
 
+def _shown(value: Any) -> Any:
+    """Every value the page prints: a host's control characters shown escaped (autoescape then makes it HTML);
+    markup the harness made itself (the plots' SVG, marked safe) is left as it is."""
+    from markupsafe import Markup
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return display_lines(value)
+    return value
+
+
 def render(context: dict[str, Any]) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(loader=PackageLoader("harness", "templates"), autoescape=select_autoescape(["html", "j2"]),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=_shown)
     return env.get_template("report.html.j2").render(**context)
-
-
-def _make_room(out_dir: Path) -> None:
-    """`out_dir` new or empty, or an earlier page's folder (its excerpts are replaced); a folder holding
-    anything else is refused, never cleared."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"{out_dir} is a file, not a folder", hint="give --html a folder (new or empty)")
-    if out_dir.is_dir():
-        others = sorted(p.name for p in out_dir.iterdir()
-                        if p.name not in (PAGE, "logs") and not p.name.startswith("."))
-        page = out_dir / PAGE
-        ours = not page.exists() or GENERATOR in page.read_text(encoding="utf-8", errors="replace")[:2000]
-        if others or not ours:
-            raise ConfigError(f"{out_dir} holds other files ({', '.join(others[:5]) or PAGE + ' of something else'})",
-                              hint="give --html a new or empty folder, or the folder of an earlier report")
-        if (out_dir / "logs").is_dir():
-            shutil.rmtree(out_dir / "logs")
-    out_dir.mkdir(parents=True, exist_ok=True)
 
 
 def write_html(out_dir: Path, records: list[Record], rows: list[report.Row], metric: str, *,
                stores: Mapping[str, ResultsStore], runs: Mapping[str, RunInfo | None],
                chosen_baseline: bool = False) -> Path:
-    """Write the page and its log excerpts into `out_dir` (created; an older page there is replaced);
-    the page's path."""
-    _make_room(out_dir)
-    logs = copy_logs(records, stores, out_dir)
+    """Write the page and its log excerpts into `out_dir` (created; an earlier page of ours there is replaced,
+    anything else there refused: outdir.write_folder); the page's path."""
+    outdir.check(out_dir)  # refuse a foreign folder before the work of building the page
+    excerpts = log_excerpts(records, stores)
+    logs = {key: "/".join(quote(part) for part in rel.split("/")) for key, (rel, _) in excerpts.items()}
     context = build_context(records, rows, metric, runs=runs, plots=case_plots(rows, metric), logs=logs,
                             chosen_baseline=chosen_baseline)
-    page = out_dir / PAGE
-    tmp = page.with_name(f".{PAGE}.{os.getpid()}.tmp")
-    tmp.write_text(render(context), encoding="utf-8")
-    os.replace(tmp, page)
-    return page
-
+    contents = {rel: text.encode("utf-8") for rel, text in excerpts.values()}
+    contents[PAGE] = render(context).encode("utf-8")
+    outdir.write_folder(out_dir, contents)
+    return out_dir / PAGE

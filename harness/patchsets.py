@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .agent.patchpaths import diff_files, patch_set_refusals
 from .config import load_patchset_meta
 from .errors import ConfigError
 
@@ -128,10 +129,6 @@ def _load_variant(folder: Path, applies_to: tuple[str, ...], order: tuple[str, .
         if not is_diff(text):
             raise ConfigError("not a diff git can apply (no '+++' header, no `diff --git` rename or mode change)",
                               file=p, hint="make patches with `git diff` relative to the target repo root")
-        bad = [path for path in diff_paths(text) if not safe_relpath(path)]
-        if bad:
-            raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {', '.join(bad)}",
-                              file=p, hint="patch paths must be relative to the repo root, without '..' or .git/")
         patches.append(PatchFile(p.name, text))
     files = []
     files_root = folder / "files"
@@ -140,18 +137,32 @@ def _load_variant(folder: Path, applies_to: tuple[str, ...], order: tuple[str, .
             if f.is_symlink() or not f.is_file():
                 continue
             rel = PurePosixPath(*f.relative_to(files_root).parts)
-            if not safe_relpath(str(rel)):
-                raise ConfigError(f"files/{rel} would be written inside .git/", file=f,
-                                  hint="a patch set may only write inside the work tree")
             files.append(NewFile(str(rel), f.read_bytes(), 0o755 if f.stat().st_mode & 0o111 else 0o644))
     if not patches and not files:
         raise ConfigError(f"patch set {label!r} is empty", file=folder,
                           hint="add *.patch files or a files/ tree")
+    check_paths(folder, patches, files)  # first: a write through a link is a refusal of its own kind
+    _check_files_below_diff_files(patches, files, files_root)
     return Variant(applies_to, tuple(patches), tuple(files), folder)
 
 
-_HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+)|"
-                     r"rename (?:from|to) (\S+)|copy (?:from|to) (\S+))", re.MULTILINE)
+def check_paths(folder: Path, patches: list[PatchFile], files: list[NewFile]) -> None:
+    """The path rule (harness/agent/patchpaths.py), before any host is contacted: every path the set writes
+    is inside the work tree, outside .git/, and not reached through a symbolic link the set creates."""
+    refusals = patch_set_refusals([(p.name, p.text) for p in patches], [f.path for f in files])
+    if not refusals:
+        return
+    first = refusals[0]
+    same = [r for r in refusals if r.source == first.source]
+    listed = "; ".join(f"{r.path} {r.reason}" for r in same)
+    if first.source.startswith("files/"):
+        raise ConfigError(f"{first.source} {first.reason}", file=folder / first.source,
+                          hint="a patch set may only write inside the work tree, never into .git/ or through "
+                               "a symbolic link")
+    raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {listed}",
+                      file=folder / first.source,
+                      hint="patch paths must be relative to the repo root, without '..' or .git/, and never "
+                           "through a symbolic link the patch set creates; links must point inside the tree")
 
 
 _GIT_ONLY_CHANGE = re.compile(r"^(?:rename from |rename to |copy from |copy to |old mode |new mode |"
@@ -166,17 +177,20 @@ def is_diff(text: str) -> bool:
     return bool(re.search(r"^diff --git ", text, re.MULTILINE) and _GIT_ONLY_CHANGE.search(text))
 
 
+
+
+def _check_files_below_diff_files(patches: list[PatchFile], files: list[NewFile], files_root: Path) -> None:
+    """files/foo.py/bar where the set's own diff leaves foo.py a file: it can never be written on any host
+    (the agent would refuse it too, after contacting one)."""
+    written = {f.new for patch in patches for f in diff_files(patch.text) if f.new and not f.link and not f.deleted}
+    for entry in files:
+        clash = next((str(d) for d in PurePosixPath(entry.path).parents if str(d) in written), None)
+        if clash:
+            raise ConfigError(f"files/{entry.path} cannot be written: the patch set's diff makes {clash} a file, "
+                              f"not a folder", file=files_root / entry.path,
+                              hint="move the file to a path that is not below a file the patches write")
+
+
 def diff_paths(text: str) -> set[str]:
-    """Every path a unified diff names in its headers (without the a/ b/ prefixes)."""
-    out = set()
-    for m in _HEADER.finditer(text):
-        for g in m.groups():
-            if g and g != "/dev/null":
-                out.add(g.strip('"'))
-    return out
-
-
-def safe_relpath(path: str) -> bool:
-    parts = PurePosixPath(path).parts
-    return bool(parts) and not path.startswith("/") and ".." not in parts and parts[0] != ".git" and \
-        ".git" not in parts
+    """Every path a unified diff names in its headers (without the a/ b/ prefixes, git's quoting decoded)."""
+    return {name for f in diff_files(text) for name in f.names}

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__
 from .errors import HarnessError
-from .masking import mask_secrets
+from .masking import mask_secrets, redact_argv
 from .metrics import summarize
 from .protocol import Spec, Status
 from .resolve import Resolved
@@ -88,7 +88,9 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         agent_python=hello.get("python"),
         hostname=hello.get("hostname"),
     )
-    server = ServerInfo(argv=spec.server.argv, env=redact_env(spec.server.env),
+    # Secret flags' values go whatever their length; any other secret inside an argument is masked too.
+    argv = [mask_secrets(a, follow.secrets) if isinstance(a, str) else a for a in redact_argv(spec.server.argv)]
+    server = ServerInfo(argv=argv, env=redact_env(spec.server.env),
                         port=final.get("port") or spec.server.port, exit_code=final.get("server_exit"),
                         stop=final.get("stop"))
     facts = {name: final[name] for name in AGENT_FACTS if final.get(name)}
@@ -96,7 +98,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         run_id=run_id, experiment=r.name, attempt=attempt, host=host_name, backend=r.backend_name,
         status=status, error=error, verdict=verdict, timings=timings,
         detect_latency_s=follow.detect_latency_s if status == Status.CRASHED else None,
-        metrics=metrics, provenance=provenance, revert=final.get("revert"),
+        metrics=metrics, provenance=provenance, revert=final.get("revert") or recovered_revert(final),
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
         experiment_file=str(r.file.resolve()), server=server, changed_paths=final.get("changed_paths"),
         recovered=final.get("recovered"), abort_reason=final.get("abort_reason"), profile=profile,
@@ -105,6 +107,14 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_
     return record
+
+
+def recovered_revert(final: dict[str, Any]) -> dict[str, Any] | None:
+    """What became of the tree when this attempt did no revert of its own: the recovery's (its dead agent's
+    watchdog, the controller's `recover`, or this attempt's preflight finding an interrupted one's journal).
+    Verified or not — with the paths that differ — it is the last word on the host's tree."""
+    recovered = final.get("recovered")
+    return recovered.get("revert") if isinstance(recovered, dict) else None
 
 
 def bench_complete(spec: Spec, follow: AgentReport) -> bool:

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from .protocol import Status
+from .safetext import display_line
 from .schemas import Record
 
 ALPHA = 0.05
@@ -395,7 +396,8 @@ def to_csv(rows: list[Row]) -> str:
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
-        w.writerow(line + [r.top_op, "; ".join(r.notes)])
+        # A spreadsheet or a terminal shows these: a host's words (GPU, op names) with their controls escaped.
+        w.writerow([display_line(x) if isinstance(x, str) else x for x in line + [r.top_op, "; ".join(r.notes)]])
     return buf.getvalue()
 
 

@@ -3,8 +3,11 @@ median and every repeat as a dot; `harness compare --plot` writes it as a PNG, t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import outdir
+from .errors import ConfigError
 from .protocol import Status
 from .report import Row, lower_is_better, metric_unit
 
@@ -12,9 +15,22 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def plot(rows: list[Row], metric: str, path: str) -> None:
-    """Write `plot_figure` as a PNG (matplotlib extra)."""
-    plot_figure(rows, metric).savefig(path, dpi=120)
+MARK = "harness compare --plot"  # embedded in the file: how a plot of ours is told from anyone else's file
+MARK_KEY = {"png": "Software", "svg": "Creator", "pdf": "Creator", "ps": "Creator", "eps": "Creator"}
+
+
+def plot(rows: list[Row], metric: str, path: Path | str) -> None:
+    """Write `plot_figure` (matplotlib extra) in the format of `path`'s suffix (PNG without one), atomically;
+    a file at `path` is replaced only when the harness wrote it (outdir.check_output_file)."""
+    path = Path(path)
+    fmt = path.suffix[1:].lower() or "png"
+    fig = plot_figure(rows, metric)
+    if fmt not in fig.canvas.get_supported_filetypes():
+        raise ConfigError(f"{path}: matplotlib cannot write .{fmt} files",
+                          hint="give --plot a .png, .svg or .pdf file name")
+    key = MARK_KEY.get(fmt)
+    outdir.check_output_file(path, MARK.encode() if key else None, "--plot")
+    outdir.replace_file(path, lambda f: fig.savefig(f, format=fmt, dpi=120, metadata={key: MARK} if key else None))
 
 
 BAR_COLORS = {"baseline": "tab:gray", "candidate": "tab:blue"}
@@ -28,8 +44,6 @@ def plot_figure(rows: list[Row], metric: str) -> Figure:
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
     except ImportError:
-        from .errors import ConfigError
-
         raise ConfigError("--plot needs matplotlib", hint="pip install 'harness[plot]'") from None
     cases = sorted({c for r in rows for c in r.cells}) or ["-"]
     unit = metric_unit(metric)

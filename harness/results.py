@@ -17,6 +17,7 @@ import json
 import os
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,6 +74,19 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ writing
 
+    def check_writable(self) -> None:
+        """Before any host is touched: a results folder that cannot take a record (read-only, not a folder) is
+        a clear refusal now, not a traceback after the attempt."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".harness-probe-", dir=self.root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise ConfigError(f"the results folder {self.root} cannot be written ({exc.strerror or exc})",
+                              hint="make it writable, or choose another with --results-dir (or "
+                                   "$HARNESS_RESULTS_DIR)") from None
+
     def new_attempt_dir(self, run_id: str, experiment: str, attempt: str | None = None) -> Path:
         """A fresh folder for one attempt; numbered 01, 02… when `attempt` is not given."""
         base = self.run_dir(run_id) / experiment
@@ -112,6 +126,25 @@ class ResultsStore:
             tmp.unlink(missing_ok=True)
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from None
         return path
+
+    def note_recovery(self, recovered: dict) -> Path | None:
+        """A later attempt recovered the journal of one whose controller was killed (it left only its
+        provisional record): that record now says what became of the tree — `recovered`, and `revert` when
+        it had none. The journal's ids come from the host: only a run and attempt folder of this store match."""
+        journal = recovered.get("journal") or {}
+        run_id, attempt_id = journal.get("run_id"), journal.get("attempt_id")
+        if not isinstance(run_id, str) or run_id not in self.run_ids() or not isinstance(attempt_id, str):
+            return None
+        for path in self.run_path(run_id).glob(f"*/*/{PROVISIONAL}"):
+            d = path.parent
+            if f"{d.parent.name}-{d.name}" != attempt_id or (d / "record.json").exists():
+                continue
+            record = load_record(path)
+            update: dict = {"recovered": recovered}
+            if record.revert is None:
+                update["revert"] = recovered.get("revert")
+            return self.write_provisional(d, Record.model_validate({**json.loads(record.to_json()), **update}))
+        return None
 
     def drop_provisional(self, attempt_dir: Path) -> None:
         (attempt_dir / PROVISIONAL).unlink(missing_ok=True)

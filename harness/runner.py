@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from .agent.hostio import sha256_file
 from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, ResultsError
-from .masking import mask_files, mask_secrets, secret_values
+from .masking import attempt_secrets, mask_files, mask_secrets
 from .protocol import (
     BenchResult,
     Crashed,
@@ -37,6 +37,7 @@ from .protocol import (
 from .recording import AgentReport, make_provisional_record, make_record
 from .resolve import Resolved
 from .results import ResultsStore
+from .safetext import display_line
 from .schemas import Record, SlurmJob, SweepAttempt
 from .shipping import ensure_agent
 from .slurm import JobInfo, describe
@@ -110,12 +111,27 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
                           time.monotonic() - t0, record_extra)
     store.write_record(directory, record)
     store.drop_provisional(directory)
+    _tell_the_interrupted_attempt(store, follow.final, spec, reporter, label)
     outcome = AttemptOutcome(record, directory)
     if host_error is not None:
         raise host_error
     if follow.interrupted:
         raise Interrupted(f"interrupted; attempt {label} stopped and reverted, record in {directory}")
     return outcome
+
+
+def _tell_the_interrupted_attempt(store: ResultsStore, final: dict | None, spec: Spec, reporter: Reporter,
+                                  label: str) -> None:
+    """This attempt recovered another's leftovers: an attempt of this store whose controller was killed keeps
+    only a provisional record, which then learns what became of the tree."""
+    recovered = (final or {}).get("recovered")
+    journal = (recovered or {}).get("journal") or {}
+    if not recovered or (journal.get("run_id"), journal.get("attempt_id")) == (spec.run_id, spec.attempt_id):
+        return
+    try:
+        store.note_recovery(recovered)
+    except (ResultsError, ValueError) as exc:  # never at this attempt's expense
+        reporter.note(label, f"cannot note the recovery in the interrupted attempt's record: {exc}")
 
 
 def run_attempt_in_foreground(*args: Any, **kwargs: Any) -> AttemptOutcome:
@@ -224,7 +240,7 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         _follow_agent(proc, spec, follow, reporter, label, same_clock, silence_s=max(6.0, 3 * host.keepalive))
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
-            mask_files(fetch_into, secret_values(spec.server.env))
+            mask_files(fetch_into, follow.secrets)  # set by _follow_agent, which a final report implies
     finally:
         if transport is not None:
             transport.close()
@@ -249,7 +265,7 @@ def _follow_agent(proc: RemoteProcess, spec: Spec, follow: AgentReport, reporter
                 proc.write(b'{"cmd": "abort"}\n')
                 return
 
-    follow.secrets = secret_values(spec.server.env)
+    follow.secrets = attempt_secrets(spec)
     proc.write((json.dumps(spec.to_dict()) + "\n").encode())
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     if follow.cancel is not None:
@@ -330,7 +346,7 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
         follow.live_verdict = verdict.to_dict()
         if ev.died_at is not None:
             follow.detect_latency_s = round(time.time() - (ev.died_at - follow.clock_offset), 4)
-        reporter.note(label, f"crashed ({verdict.category}): {verdict.key_line or ev.fatal_line or ''}")
+        reporter.note(label, f"crashed ({verdict.category}): {display_line(verdict.key_line or ev.fatal_line or '')}")
     elif isinstance(ev, Hung):
         reporter.note(label, f"hung: {ev.reason}")
     elif isinstance(ev, BenchResult):
@@ -366,7 +382,7 @@ def _note_job_state(follow: AgentReport, ev: JobState) -> None:
     if ev.state == "RUNNING" and job.state != "RUNNING" and job.queued_s is None:
         job.queued_s = round(ev.t - follow.job_submitted, 3)
     job.state, job.node = ev.state, ev.node or job.node
-    job.reason = ev.reason or job.reason
+    job.reason = display_line(ev.reason) if ev.reason else job.reason  # squeue's words, shown: escaped
     job.login_lost_s = ev.login_lost_s or job.login_lost_s
 
 

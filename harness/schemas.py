@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .protocol import Status
+from .safetext import display_line, display_lines
 
 SCHEMA = 1  # record.json
 RUN_SCHEMA = 1  # run.json
@@ -19,6 +20,13 @@ RUN_SCHEMA = 1  # run.json
 # not be used, the attempt was interrupted) runs again on resume — see `Record.is_final`.
 NOT_FINAL_STATUSES: frozenset[Status] = frozenset({Status.INFRA_ERROR, Status.ABORTED})
 FINAL_STATUSES: frozenset[Status] = frozenset(Status) - NOT_FINAL_STATUSES
+
+
+# Fields meant for display that hold a host's words (a crash's fatal line, an agent's error): their control
+# characters are shown escaped (harness.safetext), when a record is made and when an older one is read, so no
+# terminal or page that shows them acts on them. Logs stay raw in their own files.
+DisplayLine = Annotated[str, AfterValidator(display_line)]
+DisplayText = Annotated[str, AfterValidator(display_lines)]
 
 
 class _Strict(BaseModel):
@@ -35,9 +43,9 @@ class VerdictInfo(_Strict):
 
     verdict: str | None = None  # ready | crash | incomplete (from triage; absent for a hang)
     category: str
-    key_line: str | None = None
+    key_line: DisplayLine | None = None
     phase: str | None = None
-    hint: str | None = None
+    hint: DisplayLine | None = None
 
 
 class Revert(_Strict):
@@ -144,7 +152,7 @@ class SlurmJob(_Strict):
     job_id: str
     state: str | None = None  # the last state seen (COMPLETED, CANCELLED, TIMEOUT, ...)
     node: str | None = None
-    reason: str | None = None  # the last PENDING reason seen
+    reason: DisplayLine | None = None  # the last PENDING reason seen
     queued_s: float | None = None  # submission → RUNNING (as the queue was polled)
     agent_start_s: float | None = None  # submission → the agent's hello (the node's clock against ours)
     requeued: int = 0
@@ -161,7 +169,7 @@ class Record(_Strict):
     host: str
     backend: str | None = None
     status: Status
-    error: str | None = None
+    error: DisplayText | None = None
     verdict: VerdictInfo | None = None
     timings: dict[str, float] = {}
     detect_latency_s: float | None = None
@@ -175,7 +183,7 @@ class Record(_Strict):
     server: ServerInfo | None = None
     changed_paths: ChangedPaths | None = None
     recovered: Recovered | None = None
-    abort_reason: str | None = None
+    abort_reason: DisplayLine | None = None
     profile: ProfileSummary | None = None
     # in sweeps
     key: str | None = None
@@ -187,12 +195,12 @@ class Record(_Strict):
     locked_by: dict[str, Any] | None = None  # the lock holder's own note (another harness, maybe another version)
     fetch_missing: list[str] | None = None
     port_in_use: int | None = None
-    cannot_run: list[str] | None = None
-    preflight_warnings: list[str] | None = None
+    cannot_run: list[DisplayText] | None = None
+    preflight_warnings: list[DisplayText] | None = None
     arch: str | None = None
     budget_exceeded: bool | None = None
     gpu_dirty: dict[str, int] | None = None
-    profile_error: str | None = None
+    profile_error: DisplayText | None = None
     slurm: SlurmJob | None = None  # attempts on a Slurm cluster
     # written while the attempt ran (`record.partial.json`): the controller ended before the final report
     provisional: bool | None = None

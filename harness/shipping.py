@@ -69,7 +69,8 @@ def ensure_agent(t: Transport, host: HostConfig) -> str:
     try:
         r = t.run([host.python, "-c", PROBE, host.workdir, name], timeout=60)
     except RemoteCommandError as exc:
-        hint = f"set `python:` for this host in hosts.yaml (now {host.python!r})"
+        hint = (f"set `python:` of host {t.name!r} in the host inventory (hosts.yaml) to the path of a Python "
+                f"3 executable on that host (now {host.python!r})")
         raise HostError(t.name, f"cannot run the host's Python {host.python!r} (exit {exc.remote_exit_code}): "
                         f"{exc.output_tail.strip()[-500:]}", hint=hint) from None
     try:

@@ -37,6 +37,21 @@ def remote_command(python: str, argv: list[str]) -> str:
     return " ".join(f"'{w}'" for w in words)
 
 
+def not_executable(program: str) -> str | None:
+    """Why a local program path cannot be run (a folder, no execute bit), or None; a bare name is looked up
+    on PATH by whoever runs it."""
+    if os.sep not in program:
+        return None
+    path = os.path.expanduser(program)
+    if os.path.isdir(path):
+        return "is a folder, not an executable"
+    if os.path.exists(path) and not os.access(path, os.X_OK):
+        return "is not executable"
+    if not os.path.exists(path):
+        return "does not exist"
+    return None
+
+
 @dataclass(frozen=True)
 class CommandResult:
     argv: list[str]
@@ -163,6 +178,8 @@ class LocalTransport(Transport):
             p = subprocess.run(argv, capture_output=True, timeout=timeout)
         except FileNotFoundError as exc:
             return CommandResult(argv, 127, "", str(exc))
+        except OSError as exc:  # a folder or a file without the execute bit: the shell's "cannot execute"
+            return CommandResult(argv, 126, "", f"{argv[0]}: {not_executable(argv[0]) or exc.strerror}")
         except subprocess.TimeoutExpired:
             return CommandResult(argv, 124, "", f"timed out after {timeout}s")
         return CommandResult(argv, p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
@@ -266,6 +283,11 @@ class SSHTransport(Transport):
             raise HostAuthError(self.name, f"authentication failed for {label}: {exc}",
                                 hint="check `key:` in hosts.yaml, ssh-agent, and the host's authorized_keys") from None
         except paramiko.SSHException as exc:
+            if _no_banner(conn, exc):
+                raise HostUnreachable(self.name, f"{label} accepted the connection but sent no SSH banner within "
+                                      f"{h.connect_timeout:g} s: no SSH server answers on that port",
+                                      hint="check `address:` and `port:` of this host in hosts.yaml (and that sshd "
+                                           "runs there); a busy sshd may need a longer `connect_timeout:`") from None
             if "not found in known_hosts" in str(exc):
                 raise HostKeyError(self.name, f"unknown SSH host key for {_failing_hop(conn)}; refusing to connect",
                                    hint=f"connect once with `ssh -p {conn.port} {conn.user}@{conn.host}` to check and "
@@ -381,6 +403,15 @@ class SSHTransport(Transport):
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _no_banner(conn: Any, exc: Exception) -> bool:
+    """The TCP connection was accepted but no SSH server spoke: paramiko says so, or — when its own wait ran
+    out first — reports the missing session while the transport never received a version line."""
+    if "SSH protocol banner" in str(exc):
+        return True
+    transport = conn.client.get_transport()
+    return transport is not None and not getattr(transport, "remote_version", "") and "No existing session" in str(exc)
 
 
 def _fingerprint(key) -> str:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .safetext import display_line
 from .triage_hints import HINTS
 from .triage_hints import crash_hint as _hint  # Triage.verdict's name for it
 from .triage_hints import hang_hint as hang_hint
@@ -360,7 +361,8 @@ class Triage:
         _, category, key_line, phase = self.best
         if phase == "unknown":
             phase = self.phase
-        return Verdict("crash", category, key_line, phase, _hint(category, phase, key_line))
+        # The line is shown (terminal, record, page): a host's control sequences in it are shown escaped.
+        return Verdict("crash", category, display_line(key_line), phase, _hint(category, phase, key_line))
 
 
 def triage_text(text: str, exit_code: int | None = None) -> Verdict:

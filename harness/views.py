@@ -18,6 +18,7 @@ from .plan import Plan
 from .protocol import Status
 from .results import ResultsStore
 from .runner import AttemptOutcome
+from .safetext import display_line, display_lines
 from .schemas import Record, RunInfo
 
 
@@ -44,9 +45,9 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
     _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
-        reportplot.plot(rows, metric, str(plot_file))
+        reportplot.plot(rows, metric, plot_file)
     if fmt == "markdown":
-        print(report.to_markdown(rows, metric), end="")
+        print(display_lines(report.to_markdown(rows, metric)), end="")  # a host's words shown escaped
     elif fmt == "csv":
         print(report.to_csv(rows), end="")
     elif fmt == "json":
@@ -159,8 +160,9 @@ def _comparison_cells(rows: list[report.Row], metric: str, one_row_per_case: boo
     for r in rows:
         status = report.status_text(r) + (f" [{notes[r.label]}]" if r.label in notes else "")
         label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
-        start = [label, r.backend or "-"] + ([r.gpu or "-"] if mixed else []) + [status]
-        end = [r.top_op or "-"] if tops else []
+        # Cells are printed as Text, as they are: the GPU and the top op are the host's words, shown escaped.
+        start = [display_line(label), r.backend or "-"] + ([display_line(r.gpu or "-")] if mixed else []) + [status]
+        end = [display_line(r.top_op or "-")] if tops else []
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
             lines.append((r, start + [x for _, cell in cells for x in (report.cell_text(cell),
@@ -249,7 +251,7 @@ def print_comparison(out: Console, rows: list[report.Row], metric: str, *, chose
     for r in rows:
         text = ([report.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         if text:
-            out.print(Text(f"[{notes[r.label]}] {r.label}: " + "; ".join(text)), soft_wrap=False)
+            out.print(Text(display_line(f"[{notes[r.label]}] {r.label}: " + "; ".join(text))), soft_wrap=False)
     base = [r.label for r in rows if r.is_baseline]
     if base:
         why = f" (the first row that measured {metric}; choose another with --baseline)" if chosen else ""

@@ -3,26 +3,27 @@
 The promise kept here: the tree is left byte for byte as it was found. The journal (under `.git/`, so
 the tree stays clean) is written before the first byte changes and lists exactly what to restore from
 the base commit and what to delete; revert restores exactly that — never a blanket `git clean`, which
-would delete the user's own files — then compares git's tree hash of tracked plus untracked-not-ignored
-files with the one taken before. Only a verified revert removes the journal.
+would delete the user's own files — then compares tracked, untracked and ignored files and .git's config
+and hooks with what was there before (treescan.py). Only a verified revert removes the journal.
 """
 
 from __future__ import annotations
 
-import base64
 import fnmatch
 import hashlib
 import json
 import os
 import shutil
-import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Dict, Optional
 
 from ..protocol import FileEntry, PatchEntry
 from .errors import StageFailed
-from .hostio import read_json, run, sha256_file, write_json_atomic
+from .hostio import read_json, run, write_json_atomic
+from .newfiles import check_folders, parents, write_file
+from .patchpaths import git_unquote, path_problem
+from .treescan import describe, git_manifest, ignored_manifest, write_problem
 
 Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
@@ -84,7 +85,7 @@ class Git:
         (what `git add` would store) can stay the same while its bytes changed; this cannot.
         """
         raw = self.out("ls-files", "-z", "--cached", "--others", "--exclude-standard")
-        return {rel: _describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
+        return {rel: describe(os.path.join(self.repo, rel)) for rel in sorted(set(raw.split("\0")) - {""})}
 
     def ignored(self) -> list[str]:
         """Every untracked file that .gitignore hides (a file new in an ignored folder counts too)."""
@@ -92,31 +93,9 @@ class Git:
         return sorted(set(raw.split("\0")) - {""})
 
 
-def _describe(path: str) -> str:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return "missing"
-    if stat.S_ISLNK(st.st_mode):
-        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
-    if not stat.S_ISREG(st.st_mode):
-        return "other:%o" % stat.S_IFMT(st.st_mode)  # a submodule's folder, a fifo
-    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))
-
-
 def deepest_first(dirs: Iterable[str]) -> list[str]:
     """Folders in the order they can be removed: each after every folder inside it."""
     return sorted(dirs, key=lambda d: (-d.count("/"), d))
-
-
-def _parents(rel: str) -> list[str]:
-    """'a/b/c.py' -> ['a/b', 'a']"""
-    out = []
-    d = os.path.dirname(rel)
-    while d:
-        out.append(d)
-        d = os.path.dirname(d)
-    return out
 
 
 def copy_raw(src: str, dst: str) -> None:
@@ -149,30 +128,6 @@ def numstat_paths(raw: str) -> set[str]:
     return out
 
 
-_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
-
-
-def git_unquote(name: str) -> str:
-    """A path as git writes it in a patch header: as is, or in double quotes with C escapes (octal bytes)."""
-    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
-        return name
-    out, body, i = bytearray(), name[1:-1], 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567":
-                out.append(int(body[i + 1:i + 4], 8))
-                i += 4
-                continue
-            out.append(_C_ESCAPES.get(nxt, ord(nxt)))
-            i += 2
-            continue
-        out.extend(c.encode())
-        i += 1
-    return out.decode("utf-8", errors="surrogateescape")
-
-
 def rename_sources(patch_text: str) -> set[str]:
     """The old paths of renames in a patch: `git apply --numstat` names a rename by its new path only, but
     the old path is deleted by the patch, so the journal must restore it too."""
@@ -181,7 +136,7 @@ def rename_sources(patch_text: str) -> set[str]:
 
 
 def unsafe_path(rel: str) -> bool:
-    return rel.startswith("/") or ".." in rel.split("/") or rel.split("/")[0] == ".git"
+    return path_problem(rel) is not None
 
 
 class Tree:
@@ -194,6 +149,8 @@ class Tree:
         self.harness_dir: Optional[str] = None
         self.journal_path: Optional[str] = None
         self.manifest_before: dict[str, str] = {}
+        self.git_dirs: list[str] = []  # real paths of its git dir and common dir: never written by a patch set
+        self.common_dir: Optional[str] = None  # where config and hooks live (a linked worktree shares them)
 
     def open(self) -> str:
         """Check the repo, make `.git/harness/`; return that folder."""
@@ -203,17 +160,30 @@ class Tree:
         if gitdir is None:
             raise StageFailed("preflight-failed", "%s is not a git repository" % self.repo)
         self.harness_dir = os.path.join(gitdir, "harness")
+        common = self.git.out("rev-parse", "--git-common-dir").strip() or gitdir
+        self.common_dir = os.path.join(self.repo, common)
+        self.git_dirs = sorted({os.path.realpath(gitdir), os.path.realpath(self.common_dir)})
         os.makedirs(self.harness_dir, exist_ok=True)
         self.journal_path = os.path.join(self.harness_dir, "journal.json")
         return self.harness_dir
 
     # ------------------------------------------------------------------ before
 
-    def snapshot(self) -> str:
-        """The tree as it is now, byte for byte: kept beside the journal (to name what differs should the
-        revert not match it) and returned as one digest for the journal."""
-        assert self.harness_dir is not None
+    def full_manifest(self, ignored: Iterable[str]) -> dict[str, str]:
+        """What revert verification compares: the tree byte for byte (tracked and untracked files), the
+        `ignored` files (those that were there before, Python's caches aside) by type, size and mtime, and
+        git's config and hooks by content — a hook is code git itself runs, the revert's checkout included."""
         manifest = self.git.manifest()
+        manifest.update(ignored_manifest(self.repo, ignored))
+        assert self.common_dir is not None
+        manifest.update(git_manifest(self.common_dir))
+        return manifest
+
+    def snapshot(self, ignored: Iterable[str] = ()) -> str:
+        """The tree as it is now (see `full_manifest`): kept beside the journal (to name what differs should
+        the revert not match it) and returned as one digest for the journal."""
+        assert self.harness_dir is not None
+        manifest = self.full_manifest(ignored)
         write_json_atomic(os.path.join(self.harness_dir, MANIFEST), manifest)
         self.manifest_before = manifest
         return digest(manifest)
@@ -263,6 +233,8 @@ class Tree:
         for entry in files:
             if unsafe_path(entry.path):
                 raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
+            self._refuse_escape(entry.path, True, "patch set %s: files/%s" % (entry.set, entry.path))
+            check_folders(self.repo, entry)
             touched.add(entry.path)
         tracked = self.git.tracked(sorted(touched))
         clash = sorted(touched & set(dirty_before))
@@ -283,6 +255,12 @@ class Tree:
         return {"patch_paths": patch_paths, "files": files, "restore": sorted(touched & tracked), "delete": delete,
                 "created_dirs": deepest_first(created_dirs)}
 
+    def _refuse_escape(self, rel: str, whole_file: bool, what: str) -> None:
+        problem = write_problem(self.repo, self.git_dirs, rel, whole_file)
+        if problem:
+            raise StageFailed("apply-failed", "%s %s: refused, a patch set writes only inside the work tree "
+                              "(never through a symbolic link, never into .git)" % (what, problem))
+
     def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
         """Patches apply as a series and the whole series did not (git said `err`): the first patch whose
         series does not apply is the one to name — the last one when every shorter series applies."""
@@ -301,7 +279,7 @@ class Tree:
     def new_journal(self, identity: Mapping[str, Any], base: str, dirty_before: list[str],
                     plan: Mapping[str, Any]) -> Journal:
         journal = dict(identity)
-        journal.update({"version": 2, "agent_pid": os.getpid(), "repo": self.repo, "base_commit": base,
+        journal.update({"version": 3, "agent_pid": os.getpid(), "repo": self.repo, "base_commit": base,
                         "tree_before": None, "dirty_before": dirty_before, "restore": plan["restore"],
                         "delete": plan["delete"], "created_dirs": plan["created_dirs"], "server": None,
                         "state": "applying", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
@@ -316,8 +294,9 @@ class Tree:
         assert self.harness_dir is not None
         backup = os.path.join(self.harness_dir, BACKUP)
         journal["backup"] = backup
-        journal["tree_before"] = self.snapshot()  # "as found" is the tree right before the first change
         journal["ignored_before"] = self.git.ignored()
+        # "As found" is the tree right before the first change.
+        journal["tree_before"] = self.snapshot(journal["ignored_before"])
         self.save(journal)  # before the first byte changes
         if os.path.lexists(backup):
             shutil.rmtree(backup)  # our own folder under .git/harness, left by an attempt that was recovered
@@ -328,12 +307,14 @@ class Tree:
             if p.returncode != 0:
                 text = p.stderr.decode(errors="replace").strip()
                 raise StageFailed("apply-failed", "git apply failed: %s\n%s" % (git_reason(text), text[-3000:]))
+        # Checked again on the tree as the patches left it (links they made), before any whole file is
+        # written: a refusal here is reverted like any failed attempt, from the journal saved above.
+        for rel in plan["restore"] + plan["delete"]:
+            self._refuse_escape(rel, False, "the patches write %s, which" % rel)
         for entry in plan["files"]:
-            dest = os.path.join(self.repo, entry.path)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with open(dest, "wb") as f:
-                f.write(base64.b64decode(entry.content_b64))
-            os.chmod(dest, int(entry.mode))
+            self._refuse_escape(entry.path, True, "patch set %s: files/%s" % (entry.set, entry.path))
+        for entry in plan["files"]:
+            write_file(self.repo, entry)
         # Cross-check with git: anything changed that the journal does not cover is added to it.
         changed = set(self.git.status_entries()) - set(journal["dirty_before"])
         extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
@@ -342,8 +323,8 @@ class Tree:
             journal["restore"] = sorted(set(journal["restore"]) | (set(extra) & tracked))
             journal["delete"] = sorted(set(journal["delete"]) | (set(extra) - tracked))
             # Folders the missed new files brought: those no file lived in before the attempt.
-            had_files = {d for p in self.manifest_before for d in _parents(p)}
-            created = {d for p in set(extra) - tracked for d in _parents(p) if d not in had_files}
+            had_files = {d for p in self.manifest_before for d in parents(p)}
+            created = {d for p in set(extra) - tracked for d in parents(p) if d not in had_files}
             journal["created_dirs"] = deepest_first(set(journal["created_dirs"]) | created)
         journal["state"] = "applied"
         self.save(journal)
@@ -385,7 +366,7 @@ class Tree:
                 os.rmdir(os.path.join(self.repo, rel))
             except OSError:
                 pass
-        after = self.git.manifest()
+        after = self._manifest_after(journal)
         verified = digest(after) == journal["tree_before"]
         assert self.journal_path is not None and self.harness_dir is not None
         before_file = os.path.join(self.harness_dir, MANIFEST)
@@ -410,6 +391,13 @@ class Tree:
             if new:
                 result["stray_ignored"] = [os.fsencode(p).decode(errors="replace") for p in new[:200]]
         return result
+
+    def _manifest_after(self, journal: Journal) -> dict[str, str]:
+        """The manifest the journal's `tree_before` was taken as: a version 2 journal (an older agent's)
+        covered tracked and untracked files only."""
+        if int(journal.get("version") or 2) < 3:
+            return self.git.manifest()
+        return self.full_manifest(journal.get("ignored_before") or [])
 
     def leftover_journal(self) -> Optional[Journal]:
         assert self.journal_path is not None

@@ -7,9 +7,11 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -131,6 +133,72 @@ def test_unreachable_host_exit_3_and_record_says_infra_error(tmp_path, sim_targe
     assert "cannot connect" in p.stderr and "Traceback" not in p.stderr
     rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
     assert rec["status"] == "infra-error"
+
+
+def test_port_that_accepts_and_stays_silent_is_one_sentence_without_paramikos_traceback(tmp_path):
+    """Something that is no sshd listens on the port: it accepts and never writes. paramiko logs its own
+    traceback from its transport thread; the terminal shows only the harness's sentence (exit 3)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept_and_say_nothing() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:  # the listener was closed: the test is over
+                return
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    try:
+        f = write_experiment(tmp_path, "stock", free_port())
+        hosts_file(tmp_path, {"address": "127.0.0.1", "port": listener.getsockname()[1], "user": "root",
+                              "repo": str(tmp_path), "connect_timeout": 1})
+        p = harness("run", str(f), "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert p.returncode == 3, p.stderr
+    assert "no SSH banner" in p.stderr and "host 'box'" in p.stderr and "port" in p.stderr
+    assert "Traceback" not in p.stderr and "Exception (client)" not in p.stderr, p.stderr
+
+
+def test_python_that_is_a_folder_is_a_config_error_naming_the_inventory_line_and_key(tmp_path):
+    f = write_experiment(tmp_path, "stock", free_port())
+    inventory = hosts_file(tmp_path, {"address": "local", "repo": str(tmp_path), "python": str(tmp_path)})
+    p = harness("run", str(f), "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert f"{inventory}:" in p.stderr and "`python:" in p.stderr and "host 'box'" in p.stderr and "folder" in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    assert not (tmp_path / "results").exists(), "refused before anything ran"
+
+
+@pytest.mark.parametrize("kind", ["read-only", "not-a-folder"])
+def test_results_folder_that_cannot_be_written_is_refused_before_any_host_is_touched(tmp_path, kind):
+    results = tmp_path / "results"
+    if kind == "not-a-folder":
+        (tmp_path / "afile").write_text("")
+        results = tmp_path / "afile" / "results"
+    elif os.geteuid() != 0:
+        results.mkdir()
+        results.chmod(0o555)
+    else:  # root writes through mode bits: a read-only mount it is
+        results.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(results)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot mount a read-only tmpfs here (needs root and mount permission)")
+    try:
+        f = write_experiment(tmp_path, "stock", free_port())
+        hosts_file(tmp_path, {"address": "local", "repo": str(tmp_path / "repo"), "python": sys.executable,
+                              "workdir": str(tmp_path / "work")})
+        p = harness("run", str(f), "--results-dir", str(results), cwd=tmp_path)
+    finally:
+        if kind == "read-only" and os.geteuid() == 0:
+            subprocess.run(["umount", str(results)], capture_output=True)
+    assert p.returncode == 2, p.stderr
+    assert str(results) in p.stderr and "--results-dir" in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+    assert "connect" not in p.stdout and not (tmp_path / "work").exists(), "no host was touched"
 
 
 def test_failed_authentication_exit_3(tmp_path, sshd, sim_target):

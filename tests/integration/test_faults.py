@@ -205,6 +205,10 @@ def test_agent_sigkilled_mid_benchmark_its_watchdog_cleans_the_host_within_10s(t
         # Whoever took the lock first did it: the watchdog, or the controller's own recovery racing it.
         assert rec["recovered"]["by"] in ("watchdog", "recover") and rec["recovered"]["revert"]["verified"]
         assert rec["recovered"]["stop"]["state"] == "stopped"
+        # The record says what became of the tree, as the recovery found it: restored and verified.
+        assert rec["revert"] == rec["recovered"]["revert"], rec["revert"]
+        assert rec["revert"]["tree_after"] == rec["revert"]["tree_before"] and not rec["revert"]["diff"]
+        assert tree_snapshot(sim_target.repo) == before
     status = host_status("box", HostConfig(**_host_entry(sim_target, tmp_path)))
     assert status["journal"] is None and not status["lock"]["held"]
     figure(f"agent SIGKILLed mid-benchmark (controller {controller})", survived=True,
@@ -434,31 +438,53 @@ def test_names_with_dot_dot_or_absolute_paths_are_refused(tmp_path):
 
 
 def test_secret_values_masked_in_records_logs_and_terminal(tmp_path, sim_target):
-    secret = "hf_" + uuid.uuid4().hex
+    """Secrets from three places: the server's environment (HF_TOKEN), its command line (`--api-key V`,
+    `--hf-token=V` in `extra_args`) and the controller's own environment (a local agent and its server inherit
+    it). The server prints them all; none is in any byte kept on disk, on the terminal, or on the page."""
+    secret, api_key, hf_flag = "hf_" + uuid.uuid4().hex, "sk-" + uuid.uuid4().hex, "hf_" + uuid.uuid4().hex
+    controller_secret = "ctl_" + uuid.uuid4().hex
     (tmp_path / "patches" / "leaky_server").mkdir(parents=True)
     scratch = init_target(tmp_path / "scratch")
     ls = scratch.repo / "python/sglang/launch_server.py"
     text = ls.read_text()
-    ls.write_text("import os\nprint('token in env:', os.environ.get('HF_TOKEN'), flush=True)\n" + text)
+    ls.write_text("import os, sys\nprint('token in env:', os.environ.get('HF_TOKEN'), flush=True)\n"
+                  "print('controller token:', os.environ.get('MY_HUB_TOKEN'), flush=True)\n"
+                  "print('argv:', sys.argv, flush=True)\n" + text)
     diff = subprocess.run(["git", "-C", str(scratch.repo), "diff"], capture_output=True, text=True).stdout
     (tmp_path / "patches" / "leaky_server" / "0001.patch").write_text(diff)
+    # `--hf-token` is no flag of SGLang's: its argparse refuses it, echoing it, and the server exits.
     f = write_experiment(tmp_path, "secretive", free_port(), backend="flashinfer-mla", patches=["leaky_server"],
-                         server={"env": {"HF_TOKEN": secret, "SGLANG_SIM_HANG_AFTER": "server-args"}},
-                         timeouts={"ready": 3})
+                         server={"env": {"HF_TOKEN": secret},
+                                 "extra_args": ["--api-key", api_key, f"--hf-token={hf_flag}"]},
+                         timeouts={"ready": 3}, expect="crash")
     (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": _host_entry(sim_target, tmp_path)}}))
     p = subprocess.run(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results"), "--patches-dir",
                                   str(tmp_path / "patches")], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env={**os.environ, "MY_HUB_TOKEN": controller_secret})
     assert p.returncode == 0, p.stdout + p.stderr
     rec_dir = next((tmp_path / "results").rglob("record.json")).parent
     log = (rec_dir / "server.log").read_text()
-    assert "token in env: <redacted>" in log  # the server printed it; the copy we keep does not hold it
-    for path in rec_dir.iterdir():
-        assert secret not in path.read_text(errors="replace"), path
-    assert secret not in p.stdout + p.stderr
-    assert json.loads((rec_dir / "record.json").read_text())["server"]["env"]["HF_TOKEN"] == "<redacted>"
+    # The server printed each; the copy we keep does not hold it.
+    assert "token in env: <redacted>" in log and "controller token: <redacted>" in log
+    assert "'--api-key', '<redacted>', '--hf-token=<redacted>'" in log
+    rec = json.loads((rec_dir / "record.json").read_text())
+    assert rec["status"] == "crashed" and rec["server"]["env"]["HF_TOKEN"] == "<redacted>"
+    assert rec["server"]["argv"][-3:] == ["--api-key", "<redacted>", "--hf-token=<redacted>"]
+    # The page, made without the controller's secret in the environment: it holds what the disk holds.
+    page = subprocess.run(HARNESS + ["report", rec["run_id"], "--html", str(tmp_path / "page"), "--results-dir",
+                                     str(tmp_path / "results")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k != "MY_HUB_TOKEN"})
+    assert page.returncode == 0, page.stdout + page.stderr
+    kept = [x for x in [*rec_dir.rglob("*"), *(tmp_path / "page").rglob("*")] if x.is_file()]
+    assert {x.name for x in kept} >= {"record.json", "server.log", "index.html"}
+    assert any(x.name.endswith(".log.txt") for x in kept)  # the page's log excerpt
+    for value in (secret, api_key, hf_flag, controller_secret):
+        for path in kept:
+            assert value.encode() not in path.read_bytes(), path
+        assert value not in p.stdout + p.stderr + page.stdout + page.stderr
     figure("secret environment values", survived=True, time_to_clean_s=None, lost=0,
-           note="masked in the record, the fetched logs and the terminal")
+           note="masked in the record, the fetched logs, the terminal and the page: the server's and the "
+                "controller's secret-named variables and secret server flags (--api-key)")
 
 
 # ============================================================================ 13. patch paths

@@ -9,6 +9,9 @@ the attempt's processes are found with `marked_processes` (read from /proc).
 4. The agent's stdin closing (the controller gone) aborts the attempt on its own, with no heartbeat.
 5. A secret in the server's environment never reaches the terminal, the record or any kept file — also
    when it is inside the fatal line, a failed benchmark's output or a hung server's stack dump.
+6. Terminal control sequences in a fatal line reach neither the terminal nor the record; the log keeps them.
+7. A patch set writes only inside its tree: a whole file through a link the host's tree already has,
+   pointing outside, is refused on the host before anything is written.
 """
 
 from __future__ import annotations
@@ -439,6 +442,37 @@ def test_secret_in_a_hung_servers_stack_dump_is_masked(tmp_path, sim_target):
     _assert_secret_nowhere(secret, p, rec_dir)
 
 
+# ============================================================================ 6. hostile host text
+
+
+def test_control_sequences_in_the_fatal_line_reach_neither_terminal_nor_record_but_stay_in_the_log(
+        tmp_path, sim_target):
+    """A fatal line holding OSC 52 (sets the clipboard) and OSC 0 (the window title) is shown escaped on the
+    terminal and in the record's key line; server.log, the evidence, keeps the bytes as the host wrote them."""
+    crash = ("    try:\n"
+             "        raise RuntimeError('CUDA error: an illegal memory access was encountered '\n"
+             "                           '\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;pwned\\x1b\\\\ (warmup)')\n"
+             "    except RuntimeError:\n"
+             "        logger.error(f'Initialization failed. warmup error: {get_exception_traceback()}')\n"
+             "        kill_process_tree(os.getpid())\n"
+             "        return False\n")
+    patches, _ = make_patch_set(tmp_path, "crash_with_osc", lambda repo: insert_after(
+        repo / HTTP_SERVER, "def _execute_server_warmup(server_args):\n", crash))
+    f = write_experiment(tmp_path, "fatal-osc", free_port(), backend="flashinfer-mla", patches=["crash_with_osc"],
+                         bench=SMALL_BENCH)
+    p, rec_dir = _run_cli_with_secret(tmp_path, sim_target, f, patches)
+    rec = json.loads((rec_dir / "record.json").read_text())
+    assert rec["status"] == "crashed", rec["error"]
+    assert rec["verdict"]["category"] == "illegal-memory-access"
+    key_line = rec["verdict"]["key_line"]
+    assert "\x1b" not in key_line and "\x07" not in key_line
+    assert "encountered \\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;pwned\\x1b\\ (warmup)" in key_line  # shown, escaped
+    terminal = p.stdout + p.stderr
+    assert "\x1b" not in terminal and "\x07" not in terminal, terminal
+    assert "\\x1b]52;c;cm0gLXJmIH4=" in p.stdout  # the crash was reported, escaped
+    assert b"encountered \x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x1b\\ (warmup)" in (rec_dir / "server.log").read_bytes()
+
+
 # ============================================================================ 3. per-version variants
 
 
@@ -479,3 +513,32 @@ def test_a_host_whose_sglang_has_no_variant_is_refused_before_anything_changes(t
     assert "elsewhere has variants for sglang==0.5.16, sglang==0.5.20" in rec.error and "harness-sim" in rec.error
     assert tree_snapshot(sim_target.repo) == before and not journal_file(sim_target.repo).exists()
     assert not (d / "server.log").exists() and marked_processes(run_id) == []
+
+
+# ============================================================================ 7. writes only inside the tree
+
+
+def test_a_whole_file_through_a_tracked_link_to_outside_is_refused_on_the_host_writing_nothing(
+        tmp_path, sshd, sim_target):
+    """The controller cannot see the host's tree: a tracked link there pointing outside is the agent's to
+    notice — before a byte is written, so the tree and the folder outside stay as they were."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.txt").write_text("theirs\n")
+    (sim_target.repo / "ext").symlink_to(outside)
+    git(sim_target.repo, "add", "ext")
+    git(sim_target.repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "a link to outside")
+    folder = tmp_path / "patches" / "hostile" / "files" / "ext"
+    folder.mkdir(parents=True)
+    (folder / "evil.py").write_text("EVIL = 1\n")
+    before = tree_snapshot(sim_target.repo)
+    host = ("sim-ssh", HostConfig(**sshd.host_entry(), repo=str(sim_target.repo), python=str(sim_target.python),
+                                  gpus=8, arch="sm90", workdir=str(tmp_path / "work")))
+    f = write_experiment(tmp_path, "hostile", free_port(), patches=["hostile"], bench=SMALL_BENCH)
+    rec, _, _ = attempt(tmp_path, host, f, tmp_path / "patches")
+
+    assert rec.status == "apply-failed", rec.error
+    assert rec.error is not None and "files/ext/evil.py" in rec.error and "symbolic link ext" in rec.error
+    assert sorted(p.name for p in outside.iterdir()) == ["kept.txt"]
+    assert tree_snapshot(sim_target.repo) == before and not journal_file(sim_target.repo).exists()
+    assert rec.revert is None  # refused before anything changed: nothing reverted, so nothing claimed

@@ -422,9 +422,11 @@ def test_a_host_without_gpus_runs_what_its_gpus_allow_and_an_explicit_gpus_limit
     assert "nothing ran" in p.stderr and "needs 2 GPUs, has 1" in p.stderr
 
 
-def test_a_host_that_cannot_be_asked_for_its_gpus_is_not_used_and_its_work_is_left(tmp_path):
+@pytest.mark.parametrize("python", ["/nonexistent/python", "a folder"])
+def test_a_host_that_cannot_be_asked_for_its_gpus_is_not_used_and_its_work_is_left(tmp_path, python):
     hosts = local_hosts(tmp_path, {"good": "sm90", "down": "sm90"})
-    hosts["down"] = hosts["down"].model_copy(update={"python": "/nonexistent/python"})
+    python = str(tmp_path) if python == "a folder" else python
+    hosts["down"] = hosts["down"].model_copy(update={"python": python})
     inventory = write_inventory(tmp_path, hosts, without_gpus=True)
     small_base(tmp_path)
     f = sweep_file(tmp_path, name="s", base="base.yaml")
@@ -434,6 +436,8 @@ def test_a_host_that_cannot_be_asked_for_its_gpus_is_not_used_and_its_work_is_le
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stdout + p.stderr
     assert "host down is not used in this sweep: could not ask how many GPUs it has" in p.stderr
+    assert ("is a folder" if python == str(tmp_path) else "No such file") in p.stderr, p.stderr
+    assert "Traceback" not in p.stdout + p.stderr
     assert "1 attempt(s) not run" in p.stderr and "--resume" in p.stderr
     run_id = next(d.name for d in results.iterdir() if (d / "run.json").exists())
     assert records_on_disk(results, run_id) == {}, "an unreachable host is no result: nothing final recorded"

@@ -92,7 +92,7 @@ def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(re
     result = attempt.run()
     assert result["status"] == "ok", result.get("error")
 
-    expected = {"version": 2, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
+    expected = {"version": 3, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
                 "repo": str(repo), "base_commit": head, "dirty_before": ["notes.txt"], "restore": AWKWARD_RESTORE,
                 "delete": AWKWARD_DELETE, "server": None, "state": "applied"}
     assert {k: seen.get(k, "(missing)") for k in expected} == expected
@@ -506,3 +506,73 @@ def test_watchdog_leaves_alone_a_journal_its_agent_kept_after_an_unverified_reve
     assert tree_snapshot(repo) == left
     assert {k: v for k, v in read_journal(repo).items() if k != "agent_pid"} == \
         {k: v for k, v in kept.items() if k != "agent_pid"}
+
+
+def test_a_recovery_that_cannot_restore_the_tree_is_the_records_revert_unverified_naming_the_path(repo, tmp_path):
+    """The agent died while patched and something changed a file the journal does not list: the controller's
+    recovery (a real agent, through the local transport) cannot restore it, and the dead attempt's record
+    says so in `revert` — not `revert: null` — naming the path, beside `recovered`."""
+    from harness.config import HostConfig, load_experiment
+    from harness.errors import AgentProtocolError
+    from harness.recording import AgentReport, make_record
+    from harness.resolve import resolve
+    from harness.runner import SilentReporter, _recover_after_agent_death
+    from harness.spec import build_spec
+    from harness.transport import connect
+    from tests.conftest import PATCHES, write_experiment
+
+    killed_while_patched(repo, tmp_path)  # journal of attempt "killed" of run "r1"
+    with open(repo / "pkg" / "__init__.py", "a") as f:  # tracked, not patched: nothing to restore it from
+        f.write("# written while patched\n")
+    host = HostConfig(address="local", repo=str(repo), python=sys.executable, workdir=str(tmp_path / "work"))
+    exp = write_experiment(tmp_path, "victim", 30000)
+    resolved = resolve(load_experiment(exp), exp, PATCHES)
+    spec = build_spec(resolved, host, run_id="r1", attempt_id="killed")
+
+    final = _recover_after_agent_death(connect, "box", host, spec, SilentReporter(), "victim@box")
+    record = make_record(resolved, "box", "r1", "01", spec, AgentReport(final=final), tmp_path,
+                         AgentProtocolError("the agent on the host ended without a final report"), 1.0)
+
+    assert record.status == "infra-error"
+    assert record.recovered is not None and record.recovered.revert.verified is False
+    assert record.revert is not None and record.revert.verified is False
+    assert "pkg/__init__.py" in (record.revert.diff or [])
+    assert json.loads(record.to_json())["revert"]["diff"] == record.revert.diff
+
+
+def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_what_became_of_the_tree(repo, tmp_path):
+    """Controller and agent both died while patched: the attempt kept only its provisional record. The next
+    attempt on the host (a real one, through the local transport) recovers the journal; that provisional
+    record then carries the recovery — `recovered`, and `revert` verified — instead of `revert: null`."""
+    from harness.config import HostConfig, load_experiment
+    from harness.errors import HarnessError
+    from harness.resolve import resolve
+    from harness.results import PROVISIONAL, ResultsStore, load_record
+    from harness.runner import run_attempt
+    from harness.schemas import Record
+    from tests.conftest import PATCHES, write_experiment
+
+    before = tree_snapshot(repo)
+    store = ResultsStore(tmp_path / "results")
+    dead = store.new_attempt_dir("r1", "victim", "01")
+    store.write_provisional(dead, Record(run_id="r1", experiment="victim", attempt="01", host="box", status="aborted",
+                                         error="provisional record", provisional=True))
+    dying = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], attempt_id="victim-01", run_id="r1"),
+                    RecordingLink())
+    dying.take_lock()
+    dying.apply(dying.preflight())
+    dying.release_lock()  # both died here: no cleanup, no record.json
+
+    host = HostConfig(address="local", repo=str(repo), python=sys.executable, workdir=str(tmp_path / "work"),
+                      allow_dirty=("notes.txt",))
+    f = write_experiment(tmp_path, "next", 30000)
+    try:
+        run_attempt(resolve(load_experiment(f), f, PATCHES), "box", host, store, "r2")
+    except HarnessError:
+        pass  # whatever became of the next attempt itself (nothing here is an SGLang): its recovery is the point
+    assert tree_snapshot(repo) == before
+
+    rec = load_record(dead / PROVISIONAL)
+    assert rec.recovered is not None and rec.recovered.journal["attempt_id"] == "victim-01"
+    assert rec.revert is not None and rec.revert.verified is True and rec.revert.tree_after == rec.revert.tree_before
+    assert rec.status == "aborted" and not (dead / "record.json").exists()

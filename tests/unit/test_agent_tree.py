@@ -495,3 +495,109 @@ def test_revert_restores_from_the_base_commit_even_a_patched_file_someone_staged
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
     assert result["status"] == "ok", result.get("error")
     assert tree_snapshot(repo) == before and git_state(repo) == git_before
+
+
+# ------------------------------------------------------------------ a patch set writes only inside the tree
+
+
+def link_patch(link: str, target: str) -> str:
+    """A patch making `link` a symbolic link to `target`, as `git diff` writes one."""
+    return (f"diff --git a/{link} b/{link}\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
+            f"+++ b/{link}\n@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n")
+
+
+def hooks_of(repo: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (repo / ".git" / "hooks").iterdir()}
+
+
+@pytest.mark.parametrize("where", ["outside", "dot-git"])
+def test_whole_file_written_through_a_link_the_patches_create_is_refused_and_nothing_stays(repo, tmp_path, where):
+    """The patch makes a link (git allows it), files/ then writes through it: outside the tree, or into
+    .git/hooks, where the revert's own `git checkout` would run what was written."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = str(outside) if where == "outside" else ".git/hooks"
+    before, hooks_before = tree_snapshot(repo), hooks_of(repo)
+    spec = spec_for(repo, tmp_path, [link_patch("lnk", target)],
+                    files=[("lnk/post-checkout", b"#!/bin/sh\ntouch pwned\n", 0o755)])
+    result = Attempt(spec, RecordingLink()).run()
+
+    assert result["status"] == "apply-failed", result.get("error")
+    assert "lnk/post-checkout" in result["error"] and "symbolic link lnk" in result["error"]
+    assert list(outside.iterdir()) == [] and hooks_of(repo) == hooks_before
+    assert not (repo / "pwned").exists() and not (repo / "lnk").is_symlink()
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+    assert result["revert"]["verified"] is True  # what was applied (the link) is gone again
+
+
+@pytest.mark.parametrize("entry", ["ext/evil.txt", "ext"])
+def test_whole_file_through_a_tracked_link_pointing_outside_is_refused_before_anything_changes(
+        repo, tmp_path, entry):
+    """The controller cannot see the host's tree: a link already there is the agent's to notice."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.txt").write_text("theirs\n")
+    (repo / "ext").symlink_to(outside if entry.endswith("evil.txt") else outside / "kept.txt")
+    commit(repo, "a tracked link to a folder outside")
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [], files=[(entry, b"evil\n", 0o644)]), RecordingLink()).run()
+
+    assert result["status"] == "apply-failed", result.get("error")
+    assert f"files/{entry}" in result["error"] and "symbolic link ext" in result["error"]
+    assert sorted(p.name for p in outside.iterdir()) == ["kept.txt"]
+    assert (outside / "kept.txt").read_text() == "theirs\n"
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists() and "revert" not in result
+
+
+def _rewrite_hook(repo: Path) -> None:
+    (repo / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho hook\n")
+
+
+def _change_config(repo: Path) -> None:
+    with open(repo / ".git" / "config", "a") as f:
+        f.write("[alias]\n\tst = status\n")
+
+
+def _change_ignored(repo: Path) -> None:
+    (repo / "build" / "cache.bin").write_bytes(b"\x00changed while patched")
+    (repo / "pkg" / "__pycache__").mkdir(exist_ok=True)  # Python's caches are not part of the promise
+    (repo / "pkg" / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"new bytecode")
+
+
+@pytest.mark.parametrize("change, differs", [(_rewrite_hook, ".git/hooks/post-checkout"),
+                                             (_change_config, ".git/config"),
+                                             (_change_ignored, "build/cache.bin")])
+def test_a_hook_git_config_or_ignored_file_changed_while_patched_makes_the_revert_unverified(
+        repo, tmp_path, change, differs):
+    (repo / ".gitignore").write_text("build/\n__pycache__/\n")
+    commit(repo, "ignore caches")
+    (repo / "pkg" / "__pycache__").mkdir()
+    (repo / "pkg" / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"old bytecode")
+    link = RecordingLink({"compile": lambda: change(repo)})
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
+    assert result["revert"]["verified"] is False and result["revert"]["diff"] == [differs]
+    assert result["status"] == "infra-error" and journal_path(repo).exists()
+
+
+def test_whole_file_below_a_tracked_file_is_a_patch_failure_naming_both_and_changes_nothing(repo, tmp_path):
+    """`files/run.sh/extra.py` can never be written (run.sh is a file): no retry can fix it, so it is the
+    patch set's failure (apply-failed) with a sentence — not an agent error with a traceback."""
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [], files=[("run.sh/extra.py", b"x", 0o644)]), RecordingLink()).run()
+    assert result["status"] == "apply-failed", result
+    assert "files/run.sh/extra.py" in result["error"] and "awkward" in result["error"]
+    assert "Traceback" not in result["error"]
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+def test_whole_file_below_a_file_the_same_patch_set_adds_is_a_patch_failure_and_reverted(repo, tmp_path):
+    """The clash only exists once the set's own diff has added `pkg/added.py`: still apply-failed, the diff
+    already applied is reverted."""
+    before = tree_snapshot(repo)
+    added = diff_of(repo, lambda s: (s / "pkg" / "added.py").write_text("A = 1\n"))
+    spec = spec_for(repo, tmp_path, [added], files=[("pkg/added.py/inner.py", b"x", 0o644)])
+    result = Attempt(spec, RecordingLink()).run()
+    assert result["status"] == "apply-failed", result
+    assert "files/pkg/added.py/inner.py" in result["error"] and "Traceback" not in result["error"]
+    assert result["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()

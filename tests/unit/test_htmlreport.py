@@ -3,17 +3,21 @@ html.parser), without matplotlib, for two runs, and its size for a 50-attempt ru
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from harness import htmlreport, report
+from harness import htmlreport, outdir, report
 from harness.errors import ConfigError
 from harness.results import ResultsStore
 from harness.schemas import Record, RunInfo
+from tests.conftest import tree_snapshot
 from tests.support.htmlpage import Page, external
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}] * 8
@@ -162,6 +166,13 @@ def test_log_excerpt_masks_secret_values_of_the_environment(store, tmp_path, mon
     assert SECRET not in excerpt and "HF_TOKEN=<redacted>" in excerpt
 
 
+def test_log_excerpt_leaves_short_values_of_secret_named_variables_alone(store, tmp_path, monkeypatch):
+    # A stray `SOME_KEY=server` in the shell that writes the page is no secret: the excerpt keeps its words.
+    monkeypatch.setenv("SOME_KEY", "server")
+    page, _, _ = write(store, tmp_path / "page", "run-a")
+    assert "line 499 of the server log" in (page.parent / "logs/run-a/crashy-01.log.txt").read_text()
+
+
 def test_without_matplotlib_the_page_says_so_instead_of_plots(store, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     _, p, text = write(store, tmp_path / "page", "run-a")
@@ -207,16 +218,158 @@ def test_report_command_writes_the_page(store, tmp_path):
 def test_writing_again_replaces_the_page_and_a_foreign_folder_is_refused(store, tmp_path):
     out = tmp_path / "page"
     write(store, out, "run-a")
-    (out / "logs" / "run-a" / "stale.log.txt").write_text("old")
-    write(store, out, "run-a")  # an earlier page's folder: replaced, its old excerpts gone
-    assert not (out / "logs" / "run-a" / "stale.log.txt").exists() and (out / "index.html").is_file()
+    (out / "index.html").write_bytes(b"")  # stands in for an older page of ours: it must come back whole
+    manifest = out / outdir.MANIFEST
+    listed = json.loads(manifest.read_text())
+    listed["files"]["index.html"] = hashlib.sha256(b"").hexdigest()
+    manifest.write_text(json.dumps(listed))
+    write(store, out, "run-a")  # an earlier page's folder: its files replaced
+    assert "</html>" in (out / "index.html").read_text()
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    with pytest.raises(ConfigError, match="holds other files"):
+    with pytest.raises(ConfigError, match="notes.txt: a file the harness did not write"):
         write(store, mine, "run-a")
     assert (mine / "notes.txt").read_text() == "keep me" and not (mine / "index.html").exists()
     (mine / "notes.txt").unlink()
     (mine / "index.html").write_text("<html>my own page</html>")
-    with pytest.raises(ConfigError, match="holds other files"):
+    with pytest.raises(ConfigError, match="index.html: a file the harness did not write"):
         write(store, mine, "run-a")
+    assert (mine / "index.html").read_text() == "<html>my own page</html>"
+
+
+def test_a_users_file_in_an_earlier_pages_folder_survives_and_is_named(store, tmp_path):
+    out = tmp_path / "page"
+    write(store, out, "run-a")
+    (out / "logs" / "run-a" / "my-notes.txt").write_text("keep me")
+    (out / ".DS_Store").write_bytes(b"finder")  # hidden files are files too
+    with pytest.raises(ConfigError) as e:
+        write(store, out, "run-a")
+    assert f"{out / '.DS_Store'}: a file the harness did not write" in str(e.value)  # the first, by name
+    assert "choose another folder for --html" in str(e.value)
+    (out / ".DS_Store").unlink()
+    before = tree_snapshot(out)
+    with pytest.raises(ConfigError, match=r"my-notes\.txt: a file the harness did not write"):
+        write(store, out, "run-a")
+    assert tree_snapshot(out) == before  # nothing changed: not the page, not the excerpts, not the manifest
+    (out / "logs" / "run-a" / "my-notes.txt").unlink()
+    (out / "logs" / "run-a" / "crashy-01.log.txt").write_text("my annotated excerpt")
+    (out / "logs" / "zz-mine").mkdir()
+    before = tree_snapshot(out)
+    with pytest.raises(ConfigError, match=r"crashy-01\.log\.txt: written by the harness but changed since"):
+        write(store, out, "run-a")
+    assert tree_snapshot(out) == before
+    (out / "logs" / "run-a" / "crashy-01.log.txt").unlink()
+    with pytest.raises(ConfigError, match=r"logs/zz-mine: a folder the harness did not make"):
+        write(store, out, "run-a")
+
+
+def test_rewriting_replaces_only_its_own_files_and_drops_its_stale_ones(store, tmp_path):
+    write_run(store, "run-b")
+    out = tmp_path / "page"
+    write(store, out, "run-a")
+    listed = json.loads((out / outdir.MANIFEST).read_text())
+    assert sorted(listed["files"]) == ["index.html", "logs/run-a/crashy-01.log.txt", "logs/run-a/hangs-01.log.txt"]
+    assert listed["files"]["index.html"] == hashlib.sha256((out / "index.html").read_bytes()).hexdigest()
+    write(store, out, "run-b")  # the same folder for another run: run-a's excerpts were ours, so they go
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        outdir.MANIFEST, "index.html", "logs", "logs/run-b", "logs/run-b/crashy-01.log.txt",
+        "logs/run-b/hangs-01.log.txt"]
+    assert "run-b" in (out / "index.html").read_text()
+
+
+def test_a_link_inside_the_folder_is_refused_and_its_target_untouched(store, tmp_path):
+    out, elsewhere = tmp_path / "page", tmp_path / "elsewhere"
+    write(store, out, "run-a")
+    elsewhere.mkdir()
+    (elsewhere / "crashy-01.log.txt").write_text("not the harness's")
+    (elsewhere / "index.html").write_text("<html>someone's page</html>")
+    shutil.rmtree(out / "logs")
+    (out / "logs").symlink_to(elsewhere)  # the excerpts' folder is a link (the old code died in rmtree)
+    outside, inside = tree_snapshot(elsewhere), tree_snapshot(out)
+    with pytest.raises(ConfigError, match=r"page/logs: a symbolic link \(to .*elsewhere\) where the report writes"):
+        write(store, out, "run-a")
+    assert tree_snapshot(elsewhere) == outside and tree_snapshot(out) == inside and (out / "logs").is_symlink()
+    (out / "logs").unlink()
+    (out / "logs").mkdir()
+    (out / "logs" / "run-a").symlink_to(elsewhere)  # a subfolder deeper down that is a link
+    inside = tree_snapshot(out)
+    with pytest.raises(ConfigError, match=r"logs/run-a: a symbolic link \(to .*elsewhere\) where the report writes"):
+        write(store, out, "run-a")
+    assert tree_snapshot(elsewhere) == outside and tree_snapshot(out) == inside
+    (out / "logs" / "run-a").unlink()
+    (out / "index.html").unlink()
+    (out / "index.html").symlink_to(elsewhere / "index.html")  # a file that is a link
+    with pytest.raises(ConfigError, match=r"index\.html: a symbolic link"):
+        write(store, out, "run-a")
+    assert tree_snapshot(elsewhere) == outside
+
+
+def test_the_folder_may_be_a_link_to_a_folder(store, tmp_path):
+    gone = tmp_path / "gone"
+    gone.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"gone is a symbolic link to .*nowhere, which does not exist"):
+        write(store, gone, "run-a")
+    assert not (tmp_path / "nowhere").exists()
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    page, p, _ = write(store, link, "run-a")
+    assert page == link / "index.html" and (real / "index.html").is_file()
+    assert (real / "logs" / "run-a" / "crashy-01.log.txt").is_file() and (real / outdir.MANIFEST).is_file()
+    write(store, link, "run-a")  # written again through the link: its own files, replaced
+    assert link.is_symlink() and len(p.rows) == 5
+
+
+def test_a_write_cut_short_leaves_a_folder_the_next_write_accepts(store, tmp_path, monkeypatch):
+    out = tmp_path / "page"
+    write(store, out, "run-a")
+    write_run(store, "run-b", version="0.5.24")
+    real = outdir.replace_file
+    calls = []
+
+    def dies_on_the_third(path, data):
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(path, data)
+
+    monkeypatch.setattr(outdir, "replace_file", dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        write(store, out, "run-a", "run-b")
+    monkeypatch.undo()
+    assert not [p for p in out.rglob("*") if p.name.startswith(outdir.TMP_PREFIX)]  # no temporary file left
+    write(store, out, "run-a", "run-b")  # half old, half new: all of it ours
+    assert "What changed from run-a to run-b" in (out / "index.html").read_text()
+
+
+def test_a_page_of_an_older_harness_without_a_manifest_is_refused_saying_so(store, tmp_path):
+    out = tmp_path / "page"
+    write(store, out, "run-a")
+    (out / outdir.MANIFEST).unlink()
+    with pytest.raises(ConfigError, match="a page of an older harness, which kept no record of the files it wrote"):
+        write(store, out, "run-a")
+    (out / outdir.MANIFEST).write_text("{not json")
+    with pytest.raises(ConfigError, match=r"\.harness-report\.json: not a manifest the harness can read"):
+        write(store, out, "run-a")
+
+
+def test_report_command_refuses_a_users_file_and_a_link_without_a_traceback(store, tmp_path):
+    out = tmp_path / "html"
+
+    def report_cmd() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "harness", "report", "run-a", "--html", str(out),
+                               "--results-dir", str(store.root)], capture_output=True, text=True, timeout=120)
+
+    assert report_cmd().returncode == 0
+    (out / "logs" / "run-a" / "todo.txt").write_text("keep me")
+    p = report_cmd()
+    assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr, p.stderr
+    assert "todo.txt: a file the harness did not write" in " ".join(p.stderr.split())
+    assert (out / "logs" / "run-a" / "todo.txt").read_text() == "keep me"
+    shutil.rmtree(out / "logs")
+    (tmp_path / "elsewhere").mkdir()
+    (out / "logs").symlink_to(tmp_path / "elsewhere")
+    p = report_cmd()
+    assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr, p.stderr
+    assert "a symbolic link" in p.stderr and list((tmp_path / "elsewhere").iterdir()) == []

@@ -8,6 +8,8 @@ in the checkout; a refused request leaves the patches folder as it was.
 from __future__ import annotations
 
 import os
+import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -65,6 +67,9 @@ def make_checkout(tmp_path: Path, version: str | None = "0.5.23") -> Path:
     (r / "dos.txt").write_bytes(b"one\r\ntwo\r\n")
     (r / ".gitattributes").write_text("dos.txt -text\n")
     (r / ".gitignore").write_text("build/\n")
+    (r / "was_empty.txt").write_bytes(b"")
+    (r / "empty_gone.txt").write_bytes(b"")
+    (r / "becomes_link.py").write_text("X = 1\n")
     subprocess.run(["git", "init", "-q", str(r)], check=True)
     commit(r, "base")
     (r / "build").mkdir()
@@ -91,6 +96,16 @@ def edit_everything(r: Path) -> None:
     (r / "new.bin").write_bytes(b"\x00\x01\x02\xff" * 64)
     (r / "latest.sh").symlink_to("run.sh")
     (srt / "café.py").write_text("NAME = 'café'\n")  # a non-ASCII path: unquoted in the patch headers
+    (r / "with space & $sign.py").write_text("SPACE = 1\n")  # git adds a tab after such a header path
+    (r / "-dash.txt").write_text("looks like an option\n")
+    (r / 'tab\tquote"back\\slash\nnewline.py').write_text("Q = 1\n")  # C-quoted in the patch headers
+    (r / "was_empty.txt").write_bytes(b"now\nfull")  # no newline at the end
+    (r / "empty_gone.txt").unlink()
+    (r / "becomes_link.py").unlink()
+    (r / "becomes_link.py").symlink_to("tool.py")  # a type change: file -> link
+    (srt / "to_layers").symlink_to("layers")  # links inside the tree, to a folder and up one level
+    (srt / "up.sh").symlink_to("../../../run.sh")
+    (r / "crlf_new.txt").write_bytes(b"a\r\nb\r\n")  # no autocrlf: the CR bytes travel as they are
 
 
 def apply_as_agent(repo: Path, ps: PatchSet, tmp_path: Path) -> dict:
@@ -249,6 +264,110 @@ def _bad_range(tmp_path: Path) -> dict:
     return {"checkout": repo, "commit_range": "--all..HEAD"}
 
 
+def _nested_repo(repo: Path, *, commit_it: bool = True) -> Path:
+    """A git repository of its own inside the checkout (a clone, a vendored library)."""
+    nested = repo / "third_party" / "lib"
+    nested.mkdir(parents=True)
+    (nested / "lib.py").write_text("LIB = 1\n")
+    subprocess.run(["git", "init", "-q", str(nested)], check=True)
+    if commit_it:
+        commit(nested, "lib")
+    return nested
+
+
+def _edited(tmp_path: Path) -> Path:
+    repo = make_checkout(tmp_path)
+    edit_everything(repo)
+    return repo
+
+
+def _untracked_nested_repo(tmp_path: Path) -> dict:
+    repo = _edited(tmp_path)
+    _nested_repo(repo)
+    return {"checkout": repo}
+
+
+def _untracked_nested_repo_no_commit(tmp_path: Path) -> dict:
+    repo = _edited(tmp_path)
+    _nested_repo(repo, commit_it=False)
+    return {"checkout": repo}
+
+
+def _nested_gitfile(tmp_path: Path) -> dict:
+    """A folder whose .git is a file (a worktree's or a submodule's `gitdir:` pointer), even a broken one."""
+    repo = _edited(tmp_path)
+    (repo / "wt").mkdir()
+    (repo / "wt" / ".git").write_text("gitdir: ../../elsewhere/.git\n")
+    (repo / "wt" / "code.py").write_text("CODE = 1\n")
+    return {"checkout": repo}
+
+
+def _force_over_existing(tmp_path: Path) -> dict:
+    """--force replaces a set only once the new one is made: a refusal leaves the old one as it was."""
+    kw = _existing(tmp_path)
+    _nested_repo(kw["checkout"])
+    return {**kw, "force": True}
+
+
+def _submodule(tmp_path: Path) -> Path:
+    repo = make_checkout(tmp_path)
+    _nested_repo(repo)
+    commit(repo, "a submodule")  # `git add` of a nested repository: a gitlink (mode 160000)
+    return repo
+
+
+def _submodule_moved(tmp_path: Path) -> dict:
+    repo = _submodule(tmp_path)
+    (repo / "third_party" / "lib" / "lib.py").write_text("LIB = 2\n")
+    commit(repo / "third_party" / "lib", "lib 2")
+    edit_everything(repo)
+    return {"checkout": repo}
+
+
+def _submodule_dirty(tmp_path: Path) -> dict:
+    repo = _submodule(tmp_path)
+    (repo / "third_party" / "lib" / "lib.py").write_text("LIB = 'edited, not committed'\n")
+    edit_everything(repo)
+    return {"checkout": repo}
+
+
+def _link_to(target: str, at: str = "python/sglang/srt/link") -> Callable[[Path], dict]:
+    def setup(tmp_path: Path) -> dict:
+        repo = _edited(tmp_path)
+        (repo / at).symlink_to(target)
+        return {"checkout": repo}
+    return setup
+
+
+def _named(name: str | bytes) -> Callable[[Path], dict]:
+    def setup(tmp_path: Path) -> dict:
+        repo = _edited(tmp_path)
+        path = os.fsencode(repo / "python") + b"/" + (name if isinstance(name, bytes) else name.encode())
+        with open(path, "wb") as f:
+            f.write(b"X = 1\n")
+        return {"checkout": repo}
+    return setup
+
+
+def _autocrlf(tmp_path: Path) -> dict:
+    repo = _edited(tmp_path)
+    git(repo, "config", "core.autocrlf", "true")
+    (repo / "python" / "windows.py").write_bytes(b"A = 1\r\nB = 2\r\n")  # git would store LF
+    return {"checkout": repo}
+
+
+def _range_with(change: Callable[[Path], object]) -> Callable[[Path], dict]:
+    def setup(tmp_path: Path) -> dict:
+        repo = make_checkout(tmp_path)
+        base = git(repo, "rev-parse", "HEAD").strip()
+        (repo / "tool.py").write_text("print('first')\n")
+        commit(repo, "first")
+        change(repo)
+        commit(repo, "second")
+        return {"checkout": repo, "commit_range": f"{base}..HEAD"}
+    return setup
+
+
 REFUSALS: dict[str, tuple[Callable[[Path], dict], str, str]] = {
     "not-a-repo": (_not_a_repo, "not a git repository", "root of a git checkout"),
     "empty-diff": (_clean, "no changes to capture", "--range"),
@@ -257,6 +376,26 @@ REFUSALS: dict[str, tuple[Callable[[Path], dict], str, str]] = {
     "unknown-version": (_unknown_version, "cannot read SGLang's version", "--applies-to"),
     "subfolder": (_subfolder, "a folder inside the repository", "root"),
     "bad-range": (_bad_range, "is not a revision", ""),
+    # what a patch set cannot carry byte for byte
+    "nested-repo": (_untracked_nested_repo, "third_party/lib/ holds its own git repository", ".gitignore"),
+    "nested-repo-no-commit": (_untracked_nested_repo_no_commit, "third_party/lib/ holds its own git repository",
+                              "move third_party/lib/.git out"),
+    "force-over-existing": (_force_over_existing, "third_party/lib/ holds its own git repository", ".gitignore"),
+    "nested-gitfile": (_nested_gitfile, "wt/ holds its own git repository", "wt/ to .gitignore"),
+    "submodule-moved": (_submodule_moved, "submodule third_party/lib differs from HEAD", "git submodule update"),
+    "submodule-dirty": (_submodule_dirty, "submodule third_party/lib differs from HEAD", "git submodule update"),
+    "link-absolute": (_link_to("/etc/passwd"), "python/sglang/srt/link is a symbolic link to /etc/passwd, "
+                      "an absolute path", "inside the checkout"),
+    "link-outside": (_link_to("../../../../outside.py"), "link to ../../../../outside.py, outside the checkout",
+                     "inside the checkout"),
+    "link-into-git": (_link_to("../../../.git/config"), "link to ../../../.git/config, inside .git/", "not .git/"),
+    "path-not-utf8": (_named(b"latin\xe9.py"), "path 'python/latin\\udce9.py' is not UTF-8", "UTF-8 name"),
+    "crlf-under-autocrlf": (_autocrlf, "python/windows.py in another form than its bytes on disk",
+                            "core.autocrlf false"),
+    "range-link-outside": (_range_with(lambda r: (r / "escape").symlink_to("/tmp")),
+                           "(second): escape is a symbolic link to /tmp, an absolute path", "inside the checkout"),
+    "range-gitlink": (_range_with(_nested_repo), "(second): third_party/lib is a submodule or nested repository",
+                      "checkout's own files"),
 }
 
 
@@ -271,6 +410,63 @@ def test_refusals_say_why_and_create_nothing(tmp_path, case):
         make_patch_set(name, checkout, patches, **kw)
     assert message in exc.value.message and hint in (exc.value.hint or "")
     assert (folder_state(patches), folder_state(checkout)) == before
+
+
+def _make_special(path: Path, kind: str) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()  # the socket file stays
+    else:
+        try:
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("no permission to make a device node here")
+
+
+@pytest.mark.parametrize("kind, rel", [("fifo", "python/sglang/srt/pipe"), ("socket", "s.sock"),
+                                       ("character device", "null"), ("fifo", "tool.py")])
+def test_special_files_are_refused_by_name(tmp_path, kind, rel):
+    """git skips a fifo, socket or device without a word (and fails on a tracked file turned fifo): the
+    set would lack it. (No tree_snapshot here: it would read the fifo and wait.)"""
+    repo = _edited(tmp_path)
+    target = repo / rel
+    if target.exists():
+        target.unlink()
+    _make_special(target, kind)
+    before = git_state(repo)
+    with pytest.raises(ConfigError) as exc:
+        make_patch_set("mine", repo, tmp_path / "patches")
+    assert f"{rel} (a {kind}) is no file git can store" in exc.value.message, exc.value.message
+    assert ".gitignore" in (exc.value.hint or "")
+    assert not (tmp_path / "patches").exists() and git_state(repo) == before
+
+
+def test_ignored_nested_repo_and_special_files_are_left_out_and_a_clean_submodule_is_fine(tmp_path):
+    """What .gitignore hides is no change, whatever it is; a submodule as HEAD has it is not captured."""
+    repo = _submodule(tmp_path)
+    edit_everything(repo)
+    _nested_repo(repo / "build")
+    os.mkfifo(repo / "build" / "pipe")
+    (repo / ".gitignore").write_text("build/\n*.sock\n")
+    _make_special(repo / "python" / "srv.sock", "socket")
+    ps = make_patch_set("mine", repo, tmp_path / "patches")
+    text = ps.variants[0].patches[0].text
+    assert "+*.sock" in text and "server.py" in text
+    assert "a/build/" not in text and "srv.sock\n" not in text and "third_party" not in text
+
+
+def test_cli_refuses_a_nested_repository_without_traceback(tmp_path):
+    repo = _edited(tmp_path)
+    _nested_repo(repo, commit_it=False)  # `git add` itself fails on it
+    r = CliRunner().invoke(app, ["patch", "new", "mine", "--from", str(repo), "--patches-dir",
+                                 str(tmp_path / "patches")])
+    assert r.exit_code == 2, r.output
+    assert "third_party/lib/ holds its own git repository" in r.output and "hint:" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert not (tmp_path / "patches").exists()
 
 
 def test_applies_to_when_the_version_cannot_be_read_and_force_replaces(tmp_path):

@@ -110,6 +110,35 @@ def test_plot_writes_a_png(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_replaces_only_its_own_file_never_a_users_or_through_a_link(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
+    from harness.errors import ConfigError
+    from harness.reportplot import plot
+
+    rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
+                      baseline="base")
+    photo = tmp_path / "holiday.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\n my own picture")
+    with pytest.raises(ConfigError, match=r"holiday\.png: a file the harness did not write"):
+        plot(rows, "output_throughput", photo)
+    assert photo.read_bytes() == b"\x89PNG\r\n\x1a\n my own picture"
+    link = tmp_path / "link.png"
+    link.symlink_to(photo)
+    with pytest.raises(ConfigError, match=r"link\.png: a symbolic link \(to .*holiday\.png\)"):
+        plot(rows, "output_throughput", link)
+    assert photo.read_bytes() == b"\x89PNG\r\n\x1a\n my own picture" and link.is_symlink()
+    with pytest.raises(ConfigError, match=r"cannot write \.txt files"):
+        plot(rows, "output_throughput", tmp_path / "p.txt")
+    for name in ("p.png", "p.svg", "p.pdf"):  # a plot of ours is replaced: the command can run again
+        plot(rows, "output_throughput", tmp_path / name)
+        first = (tmp_path / name).stat().st_ino
+        plot(rows, "output_throughput", tmp_path / name)
+        assert (tmp_path / name).stat().st_ino != first  # written anew (atomically: a new file renamed over it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["holiday.png", "link.png", "p.pdf", "p.png", "p.svg"]
+
+
 def test_top_op_from_profiles_and_records_without_one():
     with_profile = rec("base", [100, 101, 99])
     with_profile.profile = ProfileSummary(total_gpu_us=100.0, steps=1, kernels=1,

@@ -242,3 +242,21 @@ def test_records_by_key_and_final_records_of_the_current_plan(tmp_path):
     (bad / "record.json").write_text(json.dumps({**FULL, "schema": 9}))
     with pytest.raises(ResultsError, match=str(bad / "record.json")):
         store.records_by_key("r")
+
+
+def test_a_recovery_is_noted_only_in_a_provisional_record_of_this_store_named_by_the_journal(tmp_path):
+    """The journal's ids come from the host: one that names no run of this store, or an attempt that has its
+    record.json already, changes nothing."""
+    store = ResultsStore(tmp_path / "results")
+    d = store.new_attempt_dir("r1", "e", "01")
+    store.write_provisional(d, record(run_id="r1", experiment="e", attempt="01", status="aborted", provisional=True))
+    revert = {"verified": True, "tree_before": "a" * 64, "tree_after": "a" * 64, "diff": []}
+    recovered = {"journal": {"run_id": "../r1", "attempt_id": "e-01"}, "stop": {}, "revert": revert, "by": "recover"}
+    assert store.note_recovery(recovered) is None
+    recovered["journal"] = {"run_id": "r1", "attempt_id": "e-01"}
+    store.write_record(d, record(run_id="r1", experiment="e", attempt="01", status="ok"))
+    assert store.note_recovery(recovered) is None
+    (d / "record.json").unlink()
+    assert store.note_recovery(recovered) == d / "record.partial.json"
+    rec = load_record(d / "record.partial.json")
+    assert rec.revert is not None and rec.revert.verified and rec.recovered is not None and rec.provisional

@@ -88,6 +88,31 @@ def test_non_diff_patch_rejected(project):
     assert "0002-bad.patch" in str(err) and "not a diff git can apply" in str(err)
 
 
+def test_files_entry_below_a_file_the_diff_writes_is_refused_before_any_host(project):
+    """files/x.py/inner.py where the set's diff writes x.py: no host could ever write it."""
+    from harness.patchsets import load_patch_set
+
+    (project / "patches" / "p1" / "files" / "x.py").mkdir()
+    (project / "patches" / "p1" / "files" / "x.py" / "inner.py").write_text("print('never')\n")
+    err = pytest.raises(ConfigError, load_patch_set, project / "patches", "p1").value
+    assert "files/x.py/inner.py" in str(err) and "x.py a file" in str(err)
+    assert str(project / "patches" / "p1" / "files" / "x.py" / "inner.py") in str(err)
+
+
+def test_files_entry_below_a_file_the_diff_deletes_is_not_refused(project):
+    """The diff deletes x.py: files/x.py/inner.py then makes x.py a folder, which a host can write."""
+    from harness.patchsets import load_patch_set
+
+    (project / "patches" / "p1" / "0002-rm.patch").write_text(
+        "diff --git a/x.py b/x.py\ndeleted file mode 100644\nindex 1111111..0000000\n--- a/x.py\n+++ /dev/null\n"
+        "@@ -1 +0,0 @@\n-print('x')\n")
+    (project / "patches" / "p1" / "0001-x.patch").unlink()
+    (project / "patches" / "p1" / "files" / "x.py").mkdir()
+    (project / "patches" / "p1" / "files" / "x.py" / "inner.py").write_text("print('inner')\n")
+    ps = load_patch_set(project / "patches", "p1")
+    assert "x.py/inner.py" in {f.path for v in ps.variants for f in v.files}
+
+
 def test_record_redacts_secret_env():
     from harness.results import redact_env
 
