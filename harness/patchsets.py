@@ -134,8 +134,16 @@ def _load_variant(folder: Path, applies_to: tuple[str, ...], order: tuple[str, .
     files_root = folder / "files"
     if files_root.is_dir():
         for f in sorted(files_root.rglob("*")):
-            if f.is_symlink() or not f.is_file():
+            if f.is_dir() and not f.is_symlink():
                 continue
+            if f.is_symlink() or not f.is_file():
+                # Skipping it would apply something other than what the folder shows; following it could
+                # read any file of this machine into the host's tree.
+                what = "a symbolic link" if f.is_symlink() else "not a regular file"
+                raise ConfigError(f"files/{f.relative_to(files_root).as_posix()} is {what}: a patch set's files/ "
+                                  "holds regular files only", file=f,
+                                  hint="copy the file itself there, or make the link with a patch (`git diff` "
+                                       "writes links as `new file mode 120000`)")
             rel = PurePosixPath(*f.relative_to(files_root).parts)
             files.append(NewFile(str(rel), f.read_bytes(), 0o755 if f.stat().st_mode & 0o111 else 0o644))
     if not patches and not files:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import tempfile
 
 from ..protocol import FileEntry
 from .errors import StageFailed
@@ -36,12 +37,20 @@ def check_folders(repo: str, entry: FileEntry) -> None:
 
 
 def write_file(repo: str, entry: FileEntry) -> None:
+    """Written beside its place, then renamed over it: a file the tree has there is replaced, never written
+    into, so an inode it shares with a file elsewhere (a hard link) is left alone, and no link is followed."""
     dest = os.path.join(repo, entry.path)
+    tmp = None
     try:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with open(dest, "wb") as f:
+        fd, tmp = tempfile.mkstemp(prefix=".harness-", dir=os.path.dirname(dest))
+        with os.fdopen(fd, "wb") as f:
             f.write(base64.b64decode(entry.content_b64))
-        os.chmod(dest, int(entry.mode))
+        os.chmod(tmp, int(entry.mode))
+        os.replace(tmp, dest)
+        tmp = None
     except OSError as exc:
+        if tmp is not None:
+            os.unlink(tmp)
         raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written in %s: %s; fix the patch "
                           "set's files/ tree" % (entry.set, entry.path, repo, exc.strerror or exc)) from None

@@ -549,6 +549,20 @@ def test_whole_file_through_a_tracked_link_pointing_outside_is_refused_before_an
     assert tree_snapshot(repo) == before and not journal_path(repo).exists() and "revert" not in result
 
 
+def test_whole_file_over_a_tracked_hard_link_replaces_the_file_and_leaves_the_other_name_alone(repo, tmp_path):
+    """A tracked file that shares its inode with a file outside the tree (`cp -al`, a deduplicating tool):
+    writing the entry into it would change the outside file too; the entry replaces it instead."""
+    outside = tmp_path / "outside.py"
+    os.link(repo / "tool.py", outside)
+    before = tree_snapshot(repo)
+    result = Attempt(spec_for(repo, tmp_path, [], files=[("tool.py", b"print('patched')\n", 0o644)]),
+                     RecordingLink()).run()
+
+    assert result["status"] == "ok", result.get("error")
+    assert outside.read_text() == "print('tool')\n", "the file outside the tree was written through its inode"
+    assert tree_snapshot(repo) == before and result["revert"]["verified"] is True
+
+
 def _rewrite_hook(repo: Path) -> None:
     (repo / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho hook\n")
 

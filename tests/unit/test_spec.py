@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -111,6 +112,25 @@ def test_files_entry_below_a_file_the_diff_deletes_is_not_refused(project):
     (project / "patches" / "p1" / "files" / "x.py" / "inner.py").write_text("print('inner')\n")
     ps = load_patch_set(project / "patches", "p1")
     assert "x.py/inner.py" in {f.path for v in ps.variants for f in v.files}
+
+
+@pytest.mark.parametrize("kind", ["link to a file", "link to a folder", "fifo"])
+def test_files_entry_that_is_a_link_or_not_a_file_is_refused_naming_it(project, tmp_path, kind):
+    """Skipped, it would silently apply less than the folder shows; followed, it reads any file of this
+    machine into the host's tree."""
+    from harness.patchsets import load_patch_set
+
+    secret = tmp_path / "elsewhere"
+    secret.mkdir()
+    (secret / "id_rsa").write_text("PRIVATE\n")
+    entry = project / "patches" / "p1" / "files" / "pkg" / "extra"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    else:
+        entry.symlink_to(secret / "id_rsa" if kind == "link to a file" else secret)
+    err = pytest.raises(ConfigError, load_patch_set, project / "patches", "p1").value
+    assert "files/pkg/extra is" in str(err) and str(entry) in str(err)
+    assert ("symbolic link" if kind.startswith("link") else "not a regular file") in str(err)
 
 
 def test_record_redacts_secret_env():
