@@ -76,7 +76,9 @@ def ensure_agent(t: Transport, host: HostConfig) -> str:
     try:
         info = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise HostError(t.name, f"unexpected answer from the host's Python: {r.stdout[-500:]!r}") from None
+        raise HostError(t.name, f"unexpected answer from the host's Python {host.python!r}: {r.stdout[-500:]!r}",
+                        hint=f"is `python:` of host {t.name!r} in the host inventory (hosts.yaml) a Python 3 "
+                             "executable?") from None
     if info.get("error"):
         raise HostError(t.name, f"the work dir {info['workdir']} on the host cannot be written: {info['error']}",
                         hint="set `workdir:` for this host in hosts.yaml to a folder on a disk with room "

@@ -154,11 +154,13 @@ class Tree:
 
     def open(self) -> str:
         """Check the repo, make `.git/harness/`; return that folder."""
+        fix = "; set `repo:` of this host in the host inventory (hosts.yaml) to the target's git checkout"
         if not os.path.isdir(self.repo):
-            raise StageFailed("preflight-failed", "target repo %s does not exist on the host" % self.repo)
+            what = "is a file, not a folder" if os.path.lexists(self.repo) else "does not exist on the host"
+            raise StageFailed("preflight-failed", "target repo %s %s%s" % (self.repo, what, fix))
         gitdir = self.git.gitdir()
         if gitdir is None:
-            raise StageFailed("preflight-failed", "%s is not a git repository" % self.repo)
+            raise StageFailed("preflight-failed", "%s is not a git repository%s" % (self.repo, fix))
         self.harness_dir = os.path.join(gitdir, "harness")
         common = self.git.out("rev-parse", "--git-common-dir").strip() or gitdir
         self.common_dir = os.path.join(self.repo, common)

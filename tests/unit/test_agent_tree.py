@@ -563,6 +563,18 @@ def test_whole_file_over_a_tracked_hard_link_replaces_the_file_and_leaves_the_ot
     assert tree_snapshot(repo) == before and result["revert"]["verified"] is True
 
 
+@pytest.mark.parametrize("what", ["does not exist on the host", "is a file, not a folder", "is not a git repository"])
+def test_a_repo_entry_that_is_no_checkout_says_what_it_is_and_which_key_to_fix(tmp_path, what):
+    target = tmp_path / "target"
+    if what.startswith("is a file"):
+        target.write_text("not a checkout\n")
+    elif what.startswith("is not a git"):
+        target.mkdir()
+    result = Attempt(spec_for(target, tmp_path, []), RecordingLink()).run()
+    assert result["status"] == "preflight-failed"
+    assert what in result["error"] and "`repo:`" in result["error"] and "hosts.yaml" in result["error"]
+
+
 def _rewrite_hook(repo: Path) -> None:
     (repo / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho hook\n")
 
