@@ -66,10 +66,20 @@ SAFETY_CORE = [
     "harness.agent.attempt.xǁAttemptǁrecover__mutmut_*",
     "harness.agent.attempt.xǁAttemptǁrecover_leftover_journal__mutmut_*",
     "harness.agent.attempt.xǁAttemptǁapply__mutmut_*",
+    # where a patch set may write: the rule on the controller, and again on the host against the real tree
+    "harness.agent.patchpaths.x_path_problem__mutmut_*",
+    "harness.agent.patchpaths.x_patch_set_refusals__mutmut_*",
+    "harness.agent.patchpaths.x__resolve__mutmut_*",
+    "harness.agent.treescan.x_write_problem__mutmut_*",
     # secret masking
     "harness.masking.x_mask_secrets__mutmut_*",
     "harness.masking.x_secret_values__mutmut_*",
     "harness.masking.x_mask_files__mutmut_*",
+    "harness.masking.x_controller_secret_values__mutmut_*",
+    "harness.masking.x_is_secret_flag__mutmut_*",
+    "harness.masking.x__secret_args__mutmut_*",
+    "harness.masking.x_redact_argv__mutmut_*",
+    "harness.masking.x_attempt_secrets__mutmut_*",
     # resume keys
     "harness.plan.x_content_key__mutmut_*",
     "harness.plan.x__key_fields__mutmut_*",
