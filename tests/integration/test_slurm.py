@@ -148,15 +148,13 @@ def test_a_sim_sweep_through_slurm_gives_the_same_table_as_over_ssh_one_job_per_
         **sshd.host_entry(), "repo": str(ssh_target.repo), "python": str(ssh_target.python), "gpus": 8,
         "arch": "sm90", "workdir": str(tmp_path / "ssh-work")}}}))
     ssh_res = tmp_path / "results-ssh"
-    # The same sweep through Slurm and over SSH, side by side (two repos, nothing shared but this machine).
-    sweeps = []
+    # The same sweep through Slurm, then over SSH. One after the other, not side by side: each case's verdict
+    # (better / same) is a test on measured samples, and two sweeps sharing two cores under a parallel suite
+    # measured noise enough to turn a "better" into "same" on one side only.
     for inv, out in ((hosts, res), (ssh_hosts, ssh_res)):
-        with open(tmp_path / f"{out.name}.out", "w") as log:  # a file, not a pipe nobody reads while both run
-            sweeps.append((subprocess.Popen(HARNESS + ["sweep", str(SIM_SWEEP), "--hosts-file", str(inv),
-                                                       "--results-dir", str(out)],
-                                            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT), log.name))
-    for proc, log_name in sweeps:
-        assert proc.wait(timeout=900) == 0, Path(log_name).read_text()
+        p = subprocess.run(HARNESS + ["sweep", str(SIM_SWEEP), "--hosts-file", str(inv), "--results-dir", str(out)],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout + p.stderr
     slurm_run = run_id_of(res)
 
     assert table(res, slurm_run) == table(ssh_res, run_id_of(ssh_res))
