@@ -272,6 +272,14 @@ def run_mutmut(patterns: list[str], cap_s: float | None = None) -> MutmutRun:
         # 1 is also what mutmut returns with survivors in some versions; a failing clean run returns 1 too.
         print(out[-5000:])
         raise SystemExit(f"mutmut run failed (exit code {p.returncode}): the tests fail without any mutant")
+    return collect_run(patterns, seconds, capped)
+
+
+def collect_run(patterns: list[str], seconds: float, capped: bool) -> MutmutRun:
+    """What the last mutmut run (its mutants/ folder) found for `patterns`."""
+    import fnmatch
+    import json
+
     r = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT,
                        capture_output=True, text=True)
     statuses = {}
@@ -287,8 +295,11 @@ def run_mutmut(patterns: list[str], cap_s: float | None = None) -> MutmutRun:
     return MutmutRun(statuses, tests, seconds, capped)
 
 
-def judge(run: MutmutRun, explained: dict[str, str], label: str) -> bool:
-    """Print the verdict on a run's mutants; True when every one was killed or is explained."""
+def judge(run: MutmutRun, explained: dict[str, str], label: str, patterns: list[str]) -> bool:
+    """Print the verdict on a run's mutants; True when every one was killed or is explained, and every
+    pattern (a safety function) had mutants."""
+    import fnmatch
+
     statuses = run.statuses
     # A mutant whose tests ran past their time limit was noticed too (mutmut reports it apart as "timeout").
     survivors = sorted(n for n, s in statuses.items() if s not in ("killed", "timeout", "not checked"))
@@ -306,7 +317,12 @@ def judge(run: MutmutRun, explained: dict[str, str], label: str) -> bool:
     if not statuses:
         print("no mutant matched the safety core patterns: the names moved? update SAFETY_CORE")
         return False
-    return not unexplained and not unrun and not run.capped
+    # A safety function mutmut made no mutant of is untested by this pass, not clean: its file is probably
+    # missing from [tool.mutmut] only_mutate in pyproject.toml.
+    unmutated = [pat for pat in patterns if not any(fnmatch.fnmatch(n, pat) for n in statuses)]
+    for pat in unmutated:
+        print(f"  NO MUTANT of {pat}: add its file to [tool.mutmut] only_mutate in pyproject.toml")
+    return not unexplained and not unrun and not run.capped and not unmutated
 
 
 def report_rows(run: MutmutRun, functions: list[SafetyFunction], explained: dict[str, str],
@@ -374,7 +390,7 @@ def full(write: bool) -> bool:
     before = sources_digest()
     run = run_mutmut([fn.pattern for fn in functions])
     explained = explained_mutants()
-    ok = judge(run, explained, "safety core")
+    ok = judge(run, explained, "safety core", [fn.pattern for fn in functions])
     write = write and unchanged_since(before)
     survivors = {n for n, s in run.statuses.items() if s not in ("killed", "timeout")}
     for n in sorted(set(explained) - survivors):
@@ -409,15 +425,34 @@ def changed(cap_s: float, write: bool) -> bool:
     before = sources_digest()
     run = run_mutmut([c.function.pattern for c in todo], cap_s=cap_s or None)
     explained = explained_mutants()
-    ok = judge(run, explained, f"{len(todo)} changed safety function(s)")
+    ok = judge(run, explained, f"{len(todo)} changed safety function(s)", [c.function.pattern for c in todo])
     write = write and unchanged_since(before)
-    if write and ok:
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        report.functions.update(report_rows(run, [c.function for c in todo], explained, stamp))
-        write_report(report)
-    elif write:
-        print("the report was not written: first kill or explain what is listed above")
+    if write:
+        write_clean_rows(report, run, [c.function for c in todo], explained)
     return ok
+
+
+def write_clean_rows(report: Report, run: MutmutRun, functions: list[SafetyFunction],
+                     explained: dict[str, str]) -> None:
+    """Into the report: the functions of a run whose every mutant was killed or explained (a row is a promise
+    that CI need not look again); the others stay as they were, so the next `changed` runs them again."""
+    import fnmatch
+
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows = report_rows(run, functions, explained, stamp)
+    clean = {}
+    for fn in functions:
+        mine = [n for n, s in run.statuses.items() if fnmatch.fnmatch(n, fn.pattern)]
+        row = rows[fn.qualname]
+        if mine and not run.capped and row.killed + row.equivalent == row.mutants:
+            clean[fn.qualname] = row
+    if clean:
+        report.functions.update(clean)
+        write_report(report)
+    left = [fn.qualname for fn in functions if fn.qualname not in clean]
+    if left:
+        print("not written (first kill or explain what is listed above, then run `changed --write` again): "
+              + ", ".join(left))
 
 
 # ============================================================================ planted bugs

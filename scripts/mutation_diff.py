@@ -179,6 +179,8 @@ def changes_since(report: Report | None, functions: list[SafetyFunction], root: 
         known = report.functions.get(fn.qualname) if report else None
         if known is None:
             out.append(Change(fn, "not in the report"))
+        elif known.mutants == 0:
+            out.append(Change(fn, "the report has no mutant of it (was its file in [tool.mutmut] only_mutate?)"))
         elif known.code != code:
             out.append(Change(fn, "its code changed"))
         elif known.tests != tests_fingerprint(root, known.test_ids):

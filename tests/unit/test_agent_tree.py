@@ -575,6 +575,22 @@ def test_a_repo_entry_that_is_no_checkout_says_what_it_is_and_which_key_to_fix(t
     assert what in result["error"] and "`repo:`" in result["error"] and "hosts.yaml" in result["error"]
 
 
+def test_whole_file_at_the_path_of_a_link_the_patches_create_is_refused_after_git_apply(repo, tmp_path):
+    """The link does not exist when the plan is checked: only the check after `git apply` sees that the
+    entry's own path is now a link (the controller refuses such a set too; the agent must not rely on it)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    before = tree_snapshot(repo)
+    spec = spec_for(repo, tmp_path, [link_patch("lnk", str(outside / "target.txt"))],
+                    files=[("lnk", b"through the link\n", 0o644)])
+    result = Attempt(spec, RecordingLink()).run()
+
+    assert result["status"] == "apply-failed", result.get("error")
+    assert "files/lnk" in result["error"] and "symbolic link" in result["error"]
+    assert list(outside.iterdir()) == [] and tree_snapshot(repo) == before
+    assert result["revert"]["verified"] is True
+
+
 def _rewrite_hook(repo: Path) -> None:
     (repo / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho hook\n")
 

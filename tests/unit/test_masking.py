@@ -169,6 +169,12 @@ def test_a_secret_flag_without_a_value_takes_nothing_from_the_next_flag_or_a_slo
     assert secret_arg_values(argv) == [] and redact_argv(argv) == argv
 
 
+def test_a_slot_before_a_secret_flag_does_not_end_the_search():
+    # The port slot the agent fills in sits early in a server's argv; the secret flags come after it.
+    argv = ["--port", PORT_SLOT, "--api-key", "sk-after-slot", "--hf-token=hf_after_slot"]
+    assert secret_arg_values(argv) == ["sk-after-slot", "hf_after_slot"]
+
+
 def test_a_secret_value_that_looks_like_a_flag_name_is_not_taken_for_one():
     # `--api-key -x…`: a single dash starts no flag SGLang has; argparse takes it as the value.
     assert secret_arg_values(["--api-key", "-xYz1234"]) == ["-xYz1234"]
