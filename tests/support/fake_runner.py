@@ -1,0 +1,47 @@
+"""A stand-in for `runner.run_attempt`, injected into `Scheduler(attempt_runner=...)`: no SSH, no agent.
+Each call writes one record the way run_attempt does; a host named in `dead` (from the start, or from a
+moment on) fails the way an unreachable host does — an infra-error record, then HostUnreachable."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harness.errors import HostUnreachable
+from harness.protocol import Status
+from harness.results import ResultsStore
+from harness.runner import AttemptOutcome
+from harness.schemas import Record, SweepAttempt
+
+
+class FakeRunner:
+    def __init__(self, duration: Callable[[str], float] = lambda key: 0.0) -> None:
+        self.duration = duration  # seconds a (live) attempt takes, by key
+        self.dead: dict[str, str] = {}  # host → why it fails
+        self.runs: list[tuple[str, str, str]] = []  # (host, experiment, status), in the order they ended
+        self._lock = threading.Lock()
+
+    def kill(self, host: str, why: str = "connection timed out") -> None:
+        with self._lock:
+            self.dead[host] = why
+
+    def __call__(self, resolved: Any, host_name: str, host: Any, store: ResultsStore, run_id: str, *,
+                 record_extra: SweepAttempt | None = None, **_: Any) -> AttemptOutcome:
+        directory = store.new_attempt_dir(run_id, resolved.name)
+        with self._lock:
+            why = self.dead.get(host_name)
+        extra = record_extra.model_dump(by_alias=True) if record_extra is not None else {}
+        status = Status.INFRA_ERROR if why else Status.OK
+        if not why:
+            time.sleep(self.duration(extra.get("key", "")))
+        rec = Record(run_id=run_id, experiment=resolved.name, attempt=directory.name, host=host_name,
+                     backend=resolved.backend_name, status=status, error=f"host {host_name!r}: {why}" if why else None,
+                     arch=host.arch, **extra)
+        store.write_record(directory, rec)
+        with self._lock:
+            self.runs.append((host_name, resolved.name, status.value))
+        if why:
+            raise HostUnreachable(host_name, why)
+        return AttemptOutcome(rec, directory)
