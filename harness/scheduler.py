@@ -19,7 +19,7 @@ from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HostError, Interrupted, ResultsError
 from .plan import Plan, PlannedAttempt
 from .protocol import Status
-from .results import ResultsStore
+from .results import ResultsStore, load_record
 from .runner import AttemptOutcome, Reporter, run_attempt
 from .schemas import PlannedEntry, Record, RunInfo, SweepAttempt
 from .targets import connect
@@ -124,12 +124,16 @@ class Scheduler:
         self.down_after = max(1, down_after)
         self._fails_in_row: dict[str, int] = {}  # host → infrastructure failures since its last good attempt
         self._fit: dict[tuple[str, str], str | None] = {}  # (key, host) → why_host_does_not_fit, memoised
-        self._prior_failed = 0  # final records from before (resume) that are not ok: counted in the totals
+        self._failed = 0  # final records that are not ok, from before (resume) and of outcome.done[:_failed_upto]
+        self._failed_upto = 0
         self._workers_done = threading.Event()
         self._live_workers = 0
         self.outcome = SweepOutcome(run_id)
         self.down = self.outcome.down  # host → why and since when this sweep stopped using it
         self._workers = self._worker_hosts()
+        self._live: set[str] | None = None  # cache of _live_hosts(), valid while len(self.down) == _live_down
+        self._live_down = 0
+        self._work_s = 0.0  # sum of _durations, kept as they come (the totals are reported after every attempt)
 
     # ------------------------------------------------------------------ public
 
@@ -139,7 +143,7 @@ class Scheduler:
             finals = [r for r in prior.get(a.key, []) if r.is_final()]
             if finals:
                 self.outcome.skipped.append(a.key)
-                self._prior_failed += int(finals[-1].status != Status.OK)
+                self._failed += int(finals[-1].status != Status.OK)
             else:
                 self._pending.append(a)
         self._refuse_unplaceable()
@@ -199,6 +203,8 @@ class Scheduler:
         out = {n: self.unusable.get(n) or (self.down[n].reason if n in self.down else "no worker of its own")
                for n in self.hosts if n not in live}
         for a in list(self._pending):
+            if any(self._why(a, n) is None for n in live):
+                continue  # the common case, and cheap: a live host can take it
             reasons = {n: self._why(a, n) for n in self.hosts}
             if all(reasons.values()) and self._another_kind_could(a):
                 self._pending.remove(a)
@@ -234,7 +240,10 @@ class Scheduler:
 
     def _live_hosts(self) -> set[str]:
         """Called with the lock held: the hosts with a worker that are not down."""
-        return {self._host_of(w) for w in self._workers} - set(self.down)
+        if self._live is None or len(self.down) != self._live_down:  # recomputed only when a host went down
+            self._live = {self._host_of(w) for w in self._workers} - set(self.down)
+            self._live_down = len(self.down)
+        return self._live
 
     def _record_unplaceable(self, a: PlannedAttempt, reasons: dict[str, str | None]) -> None:
         directory = self.store.new_attempt_dir(self.run_id, a.name)
@@ -351,9 +360,10 @@ class Scheduler:
             if record is not None:
                 self.reporter.attempt_finished(worker, label, record)
             return
-        if not infra:  # an infrastructure failure is quick: it would make the time left look short
-            self._durations.append(time.monotonic() - t0)
         with self._cv:
+            if not infra:  # an infrastructure failure is quick: it would make the time left look short
+                self._durations.append(time.monotonic() - t0)
+                self._work_s += self._durations[-1]
             if infra:
                 self._avoid.setdefault(a.key, set()).add(host)
                 self._host_failed(host, reason or (record.error if record and record.error else "infra-error"))
@@ -373,11 +383,16 @@ class Scheduler:
 
     def _may_retry(self, a: PlannedAttempt) -> bool:
         """Called with the lock held, after an infrastructure failure: tries on hosts now down were the
-        host's fault, not the attempt's, so they are not counted."""
+        host's fault, not the attempt's, so they are not counted; and while a live host with no failure in a
+        row has not tried it, it gets up to twice the tries (the hosts that failed it may be dying, not down yet)."""
         if self.cancel.is_set():
             return False
-        charged = self._tries[a.key] - len(self._avoid.get(a.key, set()) & set(self.down))
-        return charged < MAX_INFRA_TRIES
+        avoid = self._avoid.get(a.key, set())
+        charged = self._tries[a.key] - len(avoid & set(self.down))
+        if charged < MAX_INFRA_TRIES:
+            return True
+        healthy = [n for n in self._live_hosts() - avoid if not self._fails_in_row.get(n) and self._why(a, n) is None]
+        return charged < 2 * MAX_INFRA_TRIES and bool(healthy)
 
     def _host_failed(self, host: str, reason: str) -> None:
         """Called with the lock held: one more infrastructure failure in a row; at `down_after` the host is down."""
@@ -390,8 +405,11 @@ class Scheduler:
         self.reporter.host_down(host, down)
 
     def _latest_record(self, a: PlannedAttempt) -> Record | None:
+        """The attempt's newest record: read from its experiment's folder only (not the whole run's, which
+        grows with the sweep: a host going down must not cost a read of every record)."""
+        folder = self.store.run_path(self.run_id) / a.name
         try:
-            recs = self.store.records_by_key(self.run_id).get(a.key, [])
+            recs = [r for r in (load_record(p) for p in sorted(folder.glob("*/record.json"))) if r.key == a.key]
         except ResultsError:  # in a worker thread: the caller goes on without it (the sweep's own records)
             return None
         return recs[-1] if recs else None
@@ -399,9 +417,13 @@ class Scheduler:
     def _report_totals(self) -> None:
         with self._cv:
             done = len(self.outcome.done) + len(self.outcome.skipped)
-            failed = self._prior_failed + sum(1 for r in self.outcome.done if r.status != Status.OK)
+            fresh = self.outcome.done[self._failed_upto:]  # counted as they come: a sweep has thousands
+            self._failed += sum(1 for r in fresh if r.status != Status.OK)
+            self._failed_upto += len(fresh)
+            failed = self._failed
             left = len(self._pending) + len(self._running)
-            workers = max(1, sum(1 for w in self._workers if self._host_of(w) not in self.down))
-            eta = (sum(self._durations) / len(self._durations)) * left / workers if self._durations else None
+            live = self._live_hosts()
+            workers = max(1, sum(1 for w in self._workers if self._host_of(w) in live))
+            eta = (self._work_s / len(self._durations)) * left / workers if self._durations else None
         self.reporter.totals(done, failed, left, eta)
 

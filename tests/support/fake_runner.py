@@ -29,17 +29,18 @@ class FakeRunner:
 
     def __call__(self, resolved: Any, host_name: str, host: Any, store: ResultsStore, run_id: str, *,
                  record_extra: SweepAttempt | None = None, **_: Any) -> AttemptOutcome:
+        t0 = time.monotonic()
         directory = store.new_attempt_dir(run_id, resolved.name)
         with self._lock:
             why = self.dead.get(host_name)
         extra = record_extra.model_dump(by_alias=True) if record_extra is not None else {}
         status = Status.INFRA_ERROR if why else Status.OK
-        if not why:
-            time.sleep(self.duration(extra.get("key", "")))
         rec = Record(run_id=run_id, experiment=resolved.name, attempt=directory.name, host=host_name,
                      backend=resolved.backend_name, status=status, error=f"host {host_name!r}: {why}" if why else None,
                      arch=host.arch, **extra)
         store.write_record(directory, rec)
+        if not why:  # the attempt takes its duration, writing its record included
+            time.sleep(max(0.0, self.duration(extra.get("key", "")) - (time.monotonic() - t0)))
         with self._lock:
             self.runs.append((host_name, resolved.name, status.value))
         if why:
