@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -108,6 +109,10 @@ def sweep(
             err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with\n  {again}",
                       highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED)
+        for name, when in outcome.back.items():
+            if name not in outcome.down:
+                out.print(f"host {escape(name)} was down, back up at {time.strftime('%H:%M', time.localtime(when))}",
+                          highlight=False)
         for name, down in outcome.down.items():
             err.print(f"[red]host {escape(down.describe(name))}[/]", highlight=False)
         if outcome.left:
@@ -157,7 +162,7 @@ def run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig],
             err.print(f"[yellow]host {escape(name)} is not used in this sweep:[/] {escape(why)}", highlight=False)
         with SweepProgress(out, total=len(plan.attempts)) as progress:
             outcome = Scheduler(plan, {**hosts, **counted.usable}, store, run_id, reporter=progress,
-                                unusable=counted.unusable).run()
+                                unusable=counted.unusable, probe=host_status).run()
     if outcome.skipped:
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
                   highlight=False)

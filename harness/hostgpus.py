@@ -62,11 +62,12 @@ def count_gpus(hosts: Mapping[str, HostConfig], ask: AskStatus) -> CountedHosts:
     if not to_ask:
         return apply_answers(hosts, {})
     with ThreadPoolExecutor(max_workers=len(to_ask), thread_name_prefix="ask-gpus") as pool:
-        answers = dict(zip(to_ask, pool.map(lambda n: _ask(ask, n, hosts[n]), to_ask)))
+        answers = dict(zip(to_ask, pool.map(lambda n: ask_host(ask, n, hosts[n]), to_ask)))
     return apply_answers(hosts, answers)
 
 
-def _ask(ask: AskStatus, name: str, host: HostConfig) -> Answer:
+def ask_host(ask: AskStatus, name: str, host: HostConfig) -> Answer:
+    """The host's answer, or why it gave none (also the sweep's re-probe of a down host)."""
     try:
         return answer_from_status(ask(name, host))
     except HarnessError as exc:  # unreachable, agent died: the host is unusable for this sweep, not the sweep

@@ -136,8 +136,14 @@ class SweepProgress(AttemptProgress):
         line = down.describe(host)
         with self._lock:
             self.down[host] = line
-        self.console.print(f"[red]host {escape(host)} is down[/] (no more work goes to it): {escape(line)}",
-                           highlight=False)
+        self.console.print(f"[red]host {escape(host)} is down[/] (no more work goes to it until a re-probe "
+                           f"answers): {escape(line)}", highlight=False)
+
+    def host_up(self, host: str, since: float) -> None:
+        with self._lock:
+            self.down.pop(host, None)
+        self.console.print(f"[green]host {escape(host)} back up at {_clock(since)}[/] (a re-probe answered; it "
+                           f"takes work again)", highlight=False)
 
 
 def outcome_detail(record: Record, limit: int = 160) -> str:
@@ -162,6 +168,10 @@ def _elide_middle(text: str, limit: int) -> str:
         return text
     keep = limit - 1
     return text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2):]
+
+
+def _clock(wall: float) -> str:
+    return time.strftime("%H:%M", time.localtime(wall))
 
 
 def _fmt_duration(seconds: float) -> str:

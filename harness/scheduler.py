@@ -2,12 +2,17 @@
 first host that fits them, infrastructure failures retried (later, or elsewhere), deterministic outcomes
 never retried, and `results/<run-id>/run.json` kept so an interrupted sweep resumes where it stopped.
 
-A host that fails `down_after` times in a row (unreachable, link lost, agent gone) is DOWN for the rest of
-the sweep: no more work goes to it, and what only down hosts could run is left for a resume — so a sweep
-always ends when nothing left can run on a live host, instead of idling to its budget."""
+A host that fails `down_after` times in a row (unreachable, link lost, agent gone) is DOWN: no more work goes
+to it. Given a `probe` (the status/GPU question asked of hosts before a sweep), a down host is asked again after
+`reprobe_after` seconds, then twice that, ... up to REPROBE_MAX; an answer brings it back (its worker takes work
+again), and after `reprobe_tries` failed probes in a row it is down for the rest of the sweep. Its worker
+re-probes only while the sweep budget lasts and some attempt not yet ended could run on it; what only down
+hosts could run is left for a resume — so a sweep always ends, and a dead host costs it at most its probes'
+backoff (30 + 60 + 120 s by default), never the budget."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,6 +22,7 @@ from typing import Protocol
 
 from .config import ClusterHost, HostConfig
 from .errors import AgentProtocolError, HostError, Interrupted, ResultsError
+from .hostgpus import AskStatus, ask_host
 from .plan import Plan, PlannedAttempt
 from .protocol import Status
 from .results import ResultsStore, load_record
@@ -28,6 +34,9 @@ from .transport import Transport
 MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep
 DOWN_AFTER = 2  # infrastructure failures in a row after which a host is down for the rest of the sweep
 # (failures on a host that is then down are the host's: they do not count against the attempt's tries)
+REPROBE_AFTER = 30.0  # seconds from a host going down to its first re-probe; each failed probe doubles it...
+REPROBE_MAX = 600.0  # ...up to this
+REPROBE_TRIES = 3  # failed re-probes in a row after which a down host is down for the rest of the sweep
 
 
 def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
@@ -83,6 +92,7 @@ class SweepOutcome:
     left: list[PlannedAttempt] = field(default_factory=list)  # not run: budget spent, interrupted, no host
     interrupted: bool = False
     down: dict[str, DownHost] = field(default_factory=dict)  # hosts the sweep stopped using, and why
+    back: dict[str, float] = field(default_factory=dict)  # hosts that came back after being down: when (wall clock)
 
 
 class SweepReporter(Reporter, Protocol):
@@ -96,12 +106,15 @@ class SweepReporter(Reporter, Protocol):
 
     def host_down(self, host: str, down: DownHost) -> None: ...
 
+    def host_up(self, host: str, since: float) -> None: ...
+
 
 class Scheduler:
     def __init__(self, plan: Plan, hosts: dict[str, HostConfig], store: ResultsStore, run_id: str, *,
                  reporter: SweepReporter, transport_factory: Callable[[str, HostConfig], Transport] = connect,
                  unusable: Mapping[str, str] | None = None, down_after: int = DOWN_AFTER,
-                 attempt_runner: Callable[..., AttemptOutcome] = run_attempt):
+                 attempt_runner: Callable[..., AttemptOutcome] = run_attempt, probe: AskStatus | None = None,
+                 reprobe_after: float = REPROBE_AFTER, reprobe_tries: int = REPROBE_TRIES):
         self.plan = plan
         self.hosts = hosts
         self.unusable = dict(unusable or {})  # host → why this sweep cannot use it (no worker runs there)
@@ -131,8 +144,15 @@ class Scheduler:
         self.outcome = SweepOutcome(run_id)
         self.down = self.outcome.down  # host → why and since when this sweep stopped using it
         self._workers = self._worker_hosts()
-        self._live: set[str] | None = None  # cache of _live_hosts(), valid while len(self.down) == _live_down
-        self._live_down = 0
+        self._live: set[str] | None = None  # cache of _live_hosts(), valid while its stamp is _live_down's
+        self._live_down = (0, 0)
+        self._down_changes = 0  # hosts gone down or come back so far
+        self.probe = probe  # None: a down host stays down for the rest of the sweep
+        self.reprobe_after = reprobe_after
+        self.reprobe_tries = max(1, reprobe_tries)
+        self._probe_due: dict[str, float] = {}  # down host → when (monotonic) it is probed next
+        self._probe_fails: dict[str, int] = {}  # down host → re-probes failed in a row
+        self._given_up: set[str] = set()  # down hosts no longer probed: down for the rest of the sweep
         self._work_s = 0.0  # sum of _durations, kept as they come (the totals are reported after every attempt)
 
     # ------------------------------------------------------------------ public
@@ -240,9 +260,10 @@ class Scheduler:
 
     def _live_hosts(self) -> set[str]:
         """Called with the lock held: the hosts with a worker that are not down."""
-        if self._live is None or len(self.down) != self._live_down:  # recomputed only when a host went down
+        stamp = (self._down_changes, len(self.down))  # recomputed only when a host went down or came back
+        if self._live is None or stamp != self._live_down:
             self._live = {self._host_of(w) for w in self._workers} - set(self.down)
-            self._live_down = len(self.down)
+            self._live_down = stamp
         return self._live
 
     def _record_unplaceable(self, a: PlannedAttempt, reasons: dict[str, str | None]) -> None:
@@ -312,24 +333,90 @@ class Scheduler:
     def _work(self, worker: str) -> None:
         host = self._host_of(worker)
         while True:
-            with self._cv:
-                while True:
-                    if self.cancel.is_set() or self._budget_spent() or host in self.down:
-                        return
-                    if not self._pending and not self._running:
-                        return  # (while others run, one of their attempts may come back for a retry)
-                    a = self._next_for(worker)
-                    if a is not None:
-                        self._pending.remove(a)
-                        self._running[worker] = a
-                        self._took(a, host)
-                        break
-                    self._cv.wait(1.0)
+            a = self._take(worker)
+            if a is None:
+                with self._cv:
+                    down = host in self.down
+                if down and self._await_back(worker):
+                    continue
+                return
             self._run_one(worker, a)
             with self._cv:
                 self._running.pop(worker, None)
                 self._cv.notify_all()
             self._report_totals()
+
+    def _take(self, worker: str) -> PlannedAttempt | None:
+        """The worker's next attempt, marked running; None when the sweep is over for it or its host is down."""
+        host = self._host_of(worker)
+        with self._cv:
+            while True:
+                if self.cancel.is_set() or self._budget_spent() or host in self.down:
+                    return None
+                if not self._pending and not self._running:
+                    return None  # (while others run, one of their attempts may come back for a retry)
+                a = self._next_for(worker)
+                if a is not None:
+                    self._pending.remove(a)
+                    self._running[worker] = a
+                    self._took(a, host)
+                    return a
+                self._cv.wait(1.0)
+
+    # ------------------------------------------------------------------ re-probing down hosts
+
+    def _await_back(self, worker: str) -> bool:
+        """The worker's host is down: re-probe it when due (a cluster's other job slots wait for the first's
+        probe). True once it is back; False when the sweep needs it no more — cancelled, budget spent, nothing
+        left that could run on it — or it failed `reprobe_tries` probes in a row."""
+        host = self._host_of(worker)
+        while True:
+            with self._cv:
+                while True:
+                    if (self.cancel.is_set() or self._budget_spent() or self.probe is None
+                            or host in self._given_up or not self._could_use(host)):
+                        return False
+                    if host not in self.down:
+                        return True
+                    wait = self._probe_due[host] - time.monotonic()
+                    if worker == host and wait <= 0:
+                        break
+                    self._cv.wait(min(wait, 1.0) if wait > 0 else 1.0)  # woken early by any attempt's end
+            answer = ask_host(self.probe, host, self.hosts[host])  # outside the lock: it may take a connect timeout
+            with self._cv:
+                self._probe_answered(host, answer)
+
+    def _could_use(self, host: str) -> bool:
+        """Called with the lock held: an attempt not yet ended might run on the host (a running one may come
+        back for a retry). Stops at the first: in the common case that is the first pending one."""
+        for a in itertools.chain(self._pending, self._stranded, self._running.values()):
+            if self._why(a, host) is None:
+                return True
+        return False
+
+    def _probe_answered(self, host: str, answer: int | str) -> None:
+        """Called with the lock held: a probe's answer (a GPU count, or why the host could not say)."""
+        if isinstance(answer, int):
+            del self.down[host]
+            self._down_changes += 1
+            self._fails_in_row[host] = 0
+            self._host_cool_until.pop(host, None)
+            self._probe_fails.pop(host, None)
+            self.outcome.back[host] = time.time()
+            self._pending += sorted(self._stranded, key=lambda a: a.order)  # what waited for it: placed again
+            self._stranded = []
+            self._refuse_unplaceable()
+            self.reporter.host_up(host, self.outcome.back[host])
+        else:
+            fails = self._probe_fails[host] = self._probe_fails.get(host, 0) + 1
+            first = answer.strip().splitlines()[0] if answer.strip() else "no answer"
+            if fails >= self.reprobe_tries:
+                self._given_up.add(host)
+                d = self.down[host]
+                self.down[host] = DownHost(f"{d.reason}; {fails} re-probes failed, the last: {first}", d.since)
+            else:
+                self._probe_due[host] = time.monotonic() + min(self.reprobe_after * 2 ** fails, REPROBE_MAX)
+        self._cv.notify_all()
 
     def _run_one(self, worker: str, a: PlannedAttempt) -> None:
         """Run `a` on the worker's host; the display names the worker (a cluster's jobs run side by side)."""
@@ -402,6 +489,9 @@ class Scheduler:
         first = reason.strip().splitlines()[0] if reason.strip() else "infra-error"
         down = DownHost(f"{first} ({self._fails_in_row[host]} failures in a row)", time.time())
         self.down[host] = down
+        self._down_changes += 1
+        self._probe_due[host] = time.monotonic() + min(self.reprobe_after, REPROBE_MAX)
+        self._probe_fails[host] = 0
         self.reporter.host_down(host, down)
 
     def _latest_record(self, a: PlannedAttempt) -> Record | None:

@@ -47,6 +47,10 @@ class Log:
     def host_down(self, host, down):
         self.down[host] = down
 
+    def host_up(self, host, since):
+        with self.lock:
+            self.notes.append(f"{host}: back up")
+
 
 def _sweep(tmp_path: Path, backends: list[str], rounds: int = 2) -> Path:
     base = {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
@@ -69,9 +73,10 @@ def _host(arch: str | None) -> HostConfig:
 
 
 def _scheduler(tmp_path: Path, f: Path, hosts: dict[str, HostConfig], runner: FakeRunner, log: Log,
-               run_id: str = "r1") -> Scheduler:
+               run_id: str = "r1", **kw) -> Scheduler:
     plan = plan_sweep(f, PATCHES, hosts)
-    return Scheduler(plan, hosts, ResultsStore(tmp_path / "results"), run_id, reporter=log, attempt_runner=runner)
+    return Scheduler(plan, hosts, ResultsStore(tmp_path / "results"), run_id, reporter=log, attempt_runner=runner,
+                     **kw)
 
 
 def test_a_dead_host_of_unknown_arch_pins_nothing_goes_down_and_the_sweep_ends(tmp_path):
@@ -164,3 +169,57 @@ def test_the_progress_line_names_down_hosts():
     p.host_down("h2", DownHost("connection timed out (2 failures in a row)", 0.0))
     assert "waiting: h2 down since " in p.totals_line()
     assert "connection timed out" in p.totals_line()
+
+
+def test_a_down_host_is_reprobed_and_comes_back_to_finish_the_sweep(tmp_path):
+    """The only host drops off (two failures in a row: down) and is back by its first re-probe: it takes the
+    work again and every attempt ends ok — nothing left for a resume, the host no longer down."""
+    hosts = {"h2": _host("sm90")}
+    f = _sweep(tmp_path, ["flashinfer-mla", "triton"], rounds=2)
+    runner = FakeRunner()
+    runner.kill("h2", "connection timed out")
+    log = Log()
+
+    def down_then_back(host, down):
+        log.down[host] = down
+        runner.revive(host)  # the host reboots while the sweep waits for its re-probe
+
+    log.host_down = down_then_back  # type: ignore[method-assign]
+    outcome = _scheduler(tmp_path, f, hosts, runner, log, probe=runner.probe, reprobe_after=0.01).run()
+    assert outcome.left == [] and outcome.down == {}
+    assert sorted(r.status for r in outcome.done) == [Status.OK] * 4
+    assert set(outcome.back) == {"h2"} and "h2: back up" in log.notes
+    assert runner.probes == [("h2", True)]
+
+
+def test_a_host_that_stays_dead_is_probed_k_times_then_the_sweep_ends(tmp_path):
+    """A permanently dead host costs the sweep its re-probes (3 by default, backoff doubling), not its budget:
+    the work only it could run is left for a resume, and its reason says the probes failed."""
+    hosts = {"a": _host("sm90")}
+    f = _sweep(tmp_path, ["flashinfer-mla"], rounds=2)
+    runner = FakeRunner()
+    runner.kill("a", "connection timed out")
+    outcome = _scheduler(tmp_path, f, hosts, runner, Log(), probe=runner.probe, reprobe_after=0.01).run()
+    assert runner.probes == [("a", False)] * 3
+    assert len(outcome.left) == 2 and outcome.back == {}
+    assert "3 re-probes failed" in outcome.down["a"].reason
+
+
+def test_a_down_host_is_not_probed_once_nothing_is_left_for_it(tmp_path):
+    """`b` dies; `a` runs everything before b's re-probe is due (far off): the sweep ends at once, unprobed."""
+    hosts = {"a": _host("sm90"), "b": _host("sm90")}
+    f = _sweep(tmp_path, ["flashinfer-mla", "triton"], rounds=2)
+    runner = FakeRunner()
+    runner.kill("b")
+    outcome = _scheduler(tmp_path, f, hosts, runner, Log(), probe=runner.probe, reprobe_after=3600).run()
+    assert set(outcome.down) == {"b"} and outcome.left == [] and runner.probes == []
+    assert sorted(r.status for r in outcome.done) == [Status.OK] * 4
+
+
+def test_the_progress_line_drops_a_host_back_up():
+    from rich.console import Console
+
+    p = SweepProgress(Console(file=open("/dev/null", "w")), total=5)
+    p.host_down("h2", DownHost("connection timed out (2 failures in a row)", 0.0))
+    p.host_up("h2", 0.0)
+    assert "waiting" not in p.totals_line()
