@@ -158,6 +158,9 @@ def run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig],
                        host_gpus=counted.asked)
         out.print(f"run {run_id}: {len(plan.attempts)} attempts ({len(plan.experiments)} experiments) on "
                   f"{', '.join(hosts)}", highlight=False)
+        for name, arch in counted.learned_arch.items():
+            out.print(f"host {escape(name)}: arch {arch}, from its GPUs (its inventory entry has no arch:)",
+                      highlight=False)
         for name, why in counted.unusable.items():
             err.print(f"[yellow]host {escape(name)} is not used in this sweep:[/] {escape(why)}", highlight=False)
         with SweepProgress(out, total=len(plan.attempts)) as progress:
