@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -21,7 +22,7 @@ from .cli_common import (
     read_inventory,
 )
 from .config import HostConfig, load_experiment
-from .errors import EXIT_INTERRUPTED, ConfigError
+from .errors import EXIT_HOST, EXIT_INTERRUPTED, ConfigError
 from .progress import AttemptProgress, SweepProgress
 from .project import default_hosts_file, default_patches_dir
 from .protocol import Status
@@ -75,7 +76,7 @@ def sweep(
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
     from .config import load_sweep
     from .plan import plan_sweep
-    from .resume import parse_host_list, recorded_path, resume_command, sweep_host_names
+    from .resume import parse_host_list, recorded_path, resume_command, run_key_basis, sweep_host_names
 
     with exit_on_errors():
         store = open_store(results_dir, announce=not dry_run, writable=not dry_run)
@@ -88,15 +89,18 @@ def sweep(
         sweep_cfg, _ = load_sweep(sweep_file)
         names = sweep_host_names(parse_host_list(hosts_opt), sweep_cfg.hosts, inventory.hosts, hosts_path, run)
         hosts = {n: inventory.hosts[n] for n in names}
+        # A resume keys as the run was planned, whatever hosts it runs on now: finished work is not redone.
+        keyed_on = run_key_basis(run, inventory.hosts, hosts_path) if run is not None else None
         # No up-front python check here: in a sweep a host that cannot run is left out, saying why, and its
         # work stays for the others or a resume (`run`, on one host, refuses at once).
         pdir = patches_dir or default_patches_dir(sweep_file)
         run_id = run.run_id if run is not None else new_run_id()
         if dry_run:
-            plan = plan_sweep(sweep_file, pdir, hosts)
+            plan = plan_sweep(sweep_file, pdir, hosts, keyed_on)
             views.show_plan(out, plan, hosts)
             return
-        outcome = run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within)
+        outcome = run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within,
+                            keyed_on=keyed_on)
         if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
             views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
                                   plot_file=None)
@@ -105,12 +109,20 @@ def sweep(
             err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with\n  {again}",
                       highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED)
+        for name, when in outcome.back.items():
+            if name not in outcome.down:
+                out.print(f"host {escape(name)} was down, back up at {time.strftime('%H:%M', time.localtime(when))}",
+                          highlight=False)
+        for name, down in outcome.down.items():
+            err.print(f"[red]host {escape(down.describe(name))}[/]", highlight=False)
         if outcome.left:
-            err.print(f"{len(outcome.left)} attempt(s) not run (sweep budget spent or hosts unusable); resume with"
-                      f"\n  {again}", highlight=False)
-            raise typer.Exit(3)
-        if any(r.status == Status.INFRA_ERROR for r in outcome.done):
-            raise typer.Exit(3)
+            why = "hosts down or unusable" if outcome.down else "sweep budget spent or hosts unusable"
+            other = " (add --hosts to resume on other hosts)" if outcome.down else ""
+            err.print(f"{len(outcome.left)} attempt(s) not run ({why}); resume with{other}\n  {again}",
+                      highlight=False)
+            raise typer.Exit(EXIT_HOST)
+        if outcome.down or any(r.status == Status.INFRA_ERROR for r in outcome.done):
+            raise typer.Exit(EXIT_HOST)  # every attempt ended, but a host failed on the way
         if outcome.done and all(r.status == Status.PREFLIGHT_FAILED for r in outcome.done):
             first = outcome.done[0]
             err.print(f"nothing ran: all {len(outcome.done)} attempt(s) were refused before launch; the first "
@@ -130,13 +142,14 @@ def resumed_run(store: ResultsStore, run_id: str, sweep_file: Path) -> RunInfo:
 
 
 def run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
-               run_id: str, hosts_file: Path | None = None, start_within: float | None = None) -> SweepOutcome:
+               run_id: str, hosts_file: Path | None = None, start_within: float | None = None,
+               keyed_on: tuple[str, tuple[str, ...]] | None = None) -> SweepOutcome:
     from .hostgpus import count_gpus
     from .plan import plan_sweep
     from .runner import host_status
     from .scheduler import Scheduler, write_run_file
 
-    plan = plan_sweep(sweep_file, patches_dir, hosts)  # keys from the hosts as configured: stable on resume
+    plan = plan_sweep(sweep_file, patches_dir, hosts, keyed_on)  # keys from the hosts as configured: stable on resume
     if start_within is not None:  # a limit of this call only: not part of any key or of the run file
         plan = dataclasses.replace(plan, budget=plan.budget.model_copy(update={"sweep": start_within}))
     with store.lock_run(run_id):
@@ -145,11 +158,14 @@ def run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig],
                        host_gpus=counted.asked)
         out.print(f"run {run_id}: {len(plan.attempts)} attempts ({len(plan.experiments)} experiments) on "
                   f"{', '.join(hosts)}", highlight=False)
+        for name, arch in counted.learned_arch.items():
+            out.print(f"host {escape(name)}: arch {arch}, from its GPUs (its inventory entry has no arch:)",
+                      highlight=False)
         for name, why in counted.unusable.items():
             err.print(f"[yellow]host {escape(name)} is not used in this sweep:[/] {escape(why)}", highlight=False)
         with SweepProgress(out, total=len(plan.attempts)) as progress:
             outcome = Scheduler(plan, {**hosts, **counted.usable}, store, run_id, reporter=progress,
-                                unusable=counted.unusable).run()
+                                unusable=counted.unusable, probe=host_status).run()
     if outcome.skipped:
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",
                   highlight=False)

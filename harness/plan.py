@@ -42,6 +42,10 @@ class Plan:
     baseline: str | None
     budget: Budget
     hosts: tuple[str, ...]
+    # What the keys were made from: the planned hosts' signature and GPU archs (a resume over other hosts
+    # keys with the run's own, so finished work keeps its keys)
+    key_signature: str = ""
+    key_archs: tuple[str, ...] = ()
 
     @property
     def experiments(self) -> list[str]:
@@ -74,7 +78,10 @@ def content_key(r: Resolved, round_no: int, hosts_sig: str) -> str:
     return h.hexdigest()[:20]
 
 
-def plan_sweep(file: Path, patches_dir: Path, hosts: dict[str, HostConfig]) -> Plan:
+def plan_sweep(file: Path, patches_dir: Path, hosts: dict[str, HostConfig],
+               keyed_on: tuple[str, tuple[str, ...]] | None = None) -> Plan:
+    """The sweep's attempts, keyed from `hosts` — or, on a resume, from `keyed_on` (the run's own host signature
+    and archs, from its run.json), so the keys do not change with the hosts it resumes on."""
     sweep, doc = load_sweep(file)
     experiments = expand(sweep, doc, file)
     resolved = [resolve(exp, src, patches_dir) for exp, src in experiments]
@@ -86,17 +93,21 @@ def plan_sweep(file: Path, patches_dir: Path, hosts: dict[str, HostConfig]) -> P
     if sweep.baseline is not None and sweep.baseline not in names:
         raise ConfigError(f"baseline {sweep.baseline!r} is not one of the sweep's experiments", file=file,
                           line=doc.line_of(("baseline",)), hint="experiments: " + ", ".join(names))
-    sig = host_signature(hosts)
+    sig, archs = keyed_on if keyed_on is not None else key_basis(hosts)
     # On a mixed fleet a ratio means something only against the baseline measured on the same kind of
     # GPU: the baseline runs once per GPU arch the hosts have.
-    archs = sorted({h.arch for h in hosts.values() if h.arch})
     attempts: list[PlannedAttempt] = []
     for rnd, r in interleave(resolved, sweep.rounds):
         pins = archs if (r.name == sweep.baseline and len(archs) > 1) else [None]
         for pin in pins:
             key = content_key(r, rnd, sig + (f"\0arch={pin}" if pin else ""))
             attempts.append(PlannedAttempt(key, r, rnd, len(attempts), pin))
-    return Plan(sweep.name, file, tuple(attempts), sweep.baseline, sweep.budget, sweep.hosts)
+    return Plan(sweep.name, file, tuple(attempts), sweep.baseline, sweep.budget, sweep.hosts, sig, tuple(archs))
+
+
+def key_basis(hosts: dict[str, HostConfig]) -> tuple[str, tuple[str, ...]]:
+    """What a plan's keys are made from: the hosts' signature and their (configured) GPU archs."""
+    return host_signature(hosts), tuple(sorted({h.arch for h in hosts.values() if h.arch}))
 
 
 def interleave(items: list[Any], rounds: int) -> list[tuple[int, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -14,6 +14,9 @@ from rich.text import Text
 
 from .protocol import Status
 from .schemas import Record
+
+if TYPE_CHECKING:
+    from .scheduler import DownHost
 
 P = TypeVar("P", bound="AttemptProgress")
 
@@ -69,6 +72,7 @@ class SweepProgress(AttemptProgress):
         self.total = total
         self.by_host: dict[str, str] = {}  # host → attempt label
         self.counts: tuple[int, int, int, float | None] = (0, 0, total, None)
+        self.down: dict[str, str] = {}  # host → "NAME down since HH:MM: why"
 
     def render(self) -> RenderableType:
         table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
@@ -85,10 +89,18 @@ class SweepProgress(AttemptProgress):
                 table.add_row(host, label, f"[cyan]{stage}[/]", f"{now - ts:5.1f}s", f"{now - t0:6.1f}s")
             else:
                 table.add_row(host, label, "", "", "")
+        footer = Text(self.totals_line())
+        return Group(table, footer)
+
+    def totals_line(self) -> str:
+        """Done / failed / left, the time left, and the hosts the sweep no longer uses (so a short "time
+        left" is never read as the whole story while hosts are down)."""
         done, failed, left, eta = self.counts
         eta_s = f", about {_fmt_duration(eta)} left" if eta is not None and left else ""
-        footer = Text(f"{done} done ({failed} not ok), {left} left of {self.total}{eta_s}")
-        return Group(table, footer)
+        with self._lock:
+            down = sorted(self.down.values())
+        waiting = f"; waiting: {'; '.join(down)}" if down else ""
+        return f"{done} done ({failed} not ok), {left} left of {self.total}{eta_s}{waiting}"
 
     def attempt_started(self, host: str, label: str) -> None:
         with self._lock:
@@ -118,9 +130,20 @@ class SweepProgress(AttemptProgress):
     def totals(self, done: int, failed: int, left: int, eta_s: float | None) -> None:
         self.counts = (done, failed, left, eta_s)
         if self.live is None:
-            eta = f", about {_fmt_duration(eta_s)} left" if eta_s is not None and left else ""
-            self.console.print(f"-- {done} done ({failed} not ok), {left} left of {self.total}{eta}",
-                               highlight=False, markup=False)
+            self.console.print(f"-- {self.totals_line()}", highlight=False, markup=False)
+
+    def host_down(self, host: str, down: DownHost) -> None:
+        line = down.describe(host)
+        with self._lock:
+            self.down[host] = line
+        self.console.print(f"[red]host {escape(host)} is down[/] (no more work goes to it until a re-probe "
+                           f"answers): {escape(line)}", highlight=False)
+
+    def host_up(self, host: str, since: float) -> None:
+        with self._lock:
+            self.down.pop(host, None)
+        self.console.print(f"[green]host {escape(host)} back up at {_clock(since)}[/] (a re-probe answered; it "
+                           f"takes work again)", highlight=False)
 
 
 def outcome_detail(record: Record, limit: int = 160) -> str:
@@ -145,6 +168,10 @@ def _elide_middle(text: str, limit: int) -> str:
         return text
     keep = limit - 1
     return text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2):]
+
+
+def _clock(wall: float) -> str:
+    return time.strftime("%H:%M", time.localtime(wall))
 
 
 def _fmt_duration(seconds: float) -> str:

@@ -49,6 +49,11 @@ class ResultsStore:
 
     def __init__(self, root: Path):
         self.root = root
+        # (run, experiment) → the number to try first for its next attempt folder, and the folders already
+        # checked to stay inside the results folder: a sweep's thousands of attempts would otherwise cost a
+        # resolve() (a stat per path part) and a mkdir per earlier attempt each. mkdir stays the arbiter.
+        self._next_n: dict[tuple[str, str], int] = {}
+        self._checked: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ paths
 
@@ -89,22 +94,32 @@ class ResultsStore:
 
     def new_attempt_dir(self, run_id: str, experiment: str, attempt: str | None = None) -> Path:
         """A fresh folder for one attempt; numbered 01, 02… when `attempt` is not given."""
-        base = self.run_dir(run_id) / experiment
-        if base.resolve().parent != (self.root / run_id).resolve():
-            raise ResultsError(f"experiment name {experiment!r} would leave the results folder")
-        base.mkdir(parents=True, exist_ok=True)
-        n = 1
+        base = self.run_path(run_id) / experiment
+        if (run_id, experiment) not in self._checked:
+            base = self.run_dir(run_id) / experiment
+            if base.resolve().parent != (self.root / run_id).resolve():
+                raise ResultsError(f"experiment name {experiment!r} would leave the results folder")
+            base.mkdir(parents=True, exist_ok=True)
+            self._checked.add((run_id, experiment))
+        n = self._next_n.get((run_id, experiment), 1)
         while True:
             name = attempt or f"{n:02d}"
             d = base / name
             try:
                 d.mkdir()
+                if not attempt:
+                    self._next_n[(run_id, experiment)] = n + 1
                 return d
             except FileExistsError:
                 if attempt:
                     raise ResultsError(f"results for attempt {d} exist already; records are never overwritten"
                                        ) from None
                 n += 1
+            except FileNotFoundError as exc:
+                if (run_id, experiment) not in self._checked:
+                    raise ResultsError(f"cannot create {d}: {exc.strerror}") from None
+                self._checked.discard((run_id, experiment))  # its folder was removed meanwhile: make it again
+                return self.new_attempt_dir(run_id, experiment, attempt)
             except OSError as exc:
                 raise ResultsError(f"cannot create {d}: {exc.strerror}") from None
 

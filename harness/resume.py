@@ -1,6 +1,7 @@
-"""What a sweep runs on, new or resumed (pure). A resume must plan the run's own attempts again: the hosts
-are part of every attempt's key, so resuming over other hosts would redo finished work under new keys
-and replace the run's plan — hence a resume takes its hosts (and inventory, and patch sets) from run.json."""
+"""What a sweep runs on, new or resumed (pure). A resume runs the run's own attempts, keyed as they were
+planned: its run.json keeps what the keys were made from (the first call's host signature and GPU archs), so
+a resume may run on other hosts — a subset, or others of the inventory — and finished work keeps its keys.
+Without `--hosts` a resume takes the run's hosts (and inventory, and patch sets) from run.json."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Protocol
 
 from .config import HostConfig
 from .errors import ConfigError
+from .plan import key_basis
 
 
 class RunHosts(Protocol):
@@ -23,6 +25,16 @@ class RunHosts(Protocol):
     def hosts(self) -> list[str]: ...
 
 
+class KeyedRun(RunHosts, Protocol):
+    """What of a run.json says what its keys were made from."""
+
+    @property
+    def key_signature(self) -> str | None: ...
+
+    @property
+    def key_archs(self) -> list[str] | None: ...
+
+
 def parse_host_list(value: str | None) -> list[str] | None:
     """`--hosts a,b` → ["a", "b"]; None when the option was not given (or names nothing)."""
     names = [h.strip() for h in value.split(",") if h.strip()] if value else []
@@ -31,10 +43,10 @@ def parse_host_list(value: str | None) -> list[str] | None:
 
 def sweep_host_names(requested: list[str] | None, sweep_hosts: Sequence[str], inventory: Mapping[str, HostConfig],
                      hosts_file: Path, run: RunHosts | None = None) -> list[str]:
-    """The hosts a sweep runs on: a resumed run's own (from run.json; `--hosts` may only repeat them),
-    else `--hosts`, else the sweep file's `hosts:`, else every host of the inventory."""
-    if run is not None and run.hosts:
-        return _run_hosts(run, requested, inventory, hosts_file)
+    """The hosts a sweep runs on: `--hosts` (for a resume too: any hosts of the inventory), else a resumed
+    run's own (from run.json), else the sweep file's `hosts:`, else every host of the inventory."""
+    if run is not None and run.hosts and requested is None:
+        return _run_hosts(run, inventory, hosts_file)
     names = requested or list(sweep_hosts)
     unknown = [n for n in names if n not in inventory]
     if unknown:
@@ -43,21 +55,30 @@ def sweep_host_names(requested: list[str] | None, sweep_hosts: Sequence[str], in
     return names or list(inventory)
 
 
-def _run_hosts(run: RunHosts, requested: list[str] | None, inventory: Mapping[str, HostConfig],
-               hosts_file: Path) -> list[str]:
-    used = ", ".join(run.hosts)
-    if requested is not None and set(requested) != set(run.hosts):
-        raise ConfigError(
-            f"run {run.run_id} ran on host(s) {used}, not {', '.join(requested)}",
-            hint="resume it without --hosts (it uses the run's own hosts); other hosts change every attempt's "
-                 "key, so finished attempts would run again — for other hosts start a new run (no --resume)")
+def _run_hosts(run: RunHosts, inventory: Mapping[str, HostConfig], hosts_file: Path) -> list[str]:
     missing = [n for n in run.hosts if n not in inventory]
     if missing:
         raise ConfigError(
-            f"run {run.run_id} ran on host(s) {used}; not in this inventory: {', '.join(missing)}", file=hosts_file,
-            hint="put them back in the hosts file, or pass the inventory the run used with --hosts-file "
-                 "(a resume needs the run's own hosts: others would redo its finished attempts)")
+            f"run {run.run_id} ran on host(s) {', '.join(run.hosts)}; not in this inventory: {', '.join(missing)}",
+            file=hosts_file, hint="name the hosts to resume on with --hosts (a resume may use other hosts), put "
+                                  "them back in the hosts file, or pass the inventory the run used with --hosts-file")
     return list(run.hosts)
+
+
+def run_key_basis(run: KeyedRun, inventory: Mapping[str, HostConfig],
+                  hosts_file: Path) -> tuple[str, tuple[str, ...]]:
+    """What a resumed run's keys were made from: as its run.json recorded it, or — for a run.json from before
+    that was recorded — made again from the run's own hosts, which must then still be in the inventory."""
+    if run.key_signature is not None:
+        return run.key_signature, tuple(run.key_archs or ())
+    missing = [n for n in run.hosts if n not in inventory]
+    if missing:
+        raise ConfigError(
+            f"run {run.run_id} was planned on host(s) {', '.join(run.hosts)} by an older harness, which did not "
+            f"record what its keys were made from; not in this inventory: {', '.join(missing)}", file=hosts_file,
+            hint="put them back in the hosts file (they need not be reachable, nor named in --hosts), or pass the "
+                 "inventory the run used with --hosts-file")
+    return key_basis({n: inventory[n] for n in run.hosts})
 
 
 def recorded_path(given: Path | None, recorded: str | None, what: str, run_id: str) -> Path | None:

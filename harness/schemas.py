@@ -250,6 +250,9 @@ class RunInfo(_Strict):
     hosts_file: str | None = None  # the inventory the hosts were read from (absolute)
     patches_dir: str | None = None  # the patch sets the keys were made from (absolute)
     host_gpus: dict[str, int] = {}  # GPUs asked of hosts without `gpus:` (for the record; keys do not use them)
+    # What the keys were made from (the first call's hosts), so a resume over other hosts keeps them:
+    key_signature: str | None = None
+    key_archs: list[str] | None = None
     attempts: list[PlannedEntry] = []
 
     def to_json(self) -> str:

@@ -83,6 +83,9 @@ class StageTrigger:
     def attempt_finished(self, host, label, record):
         pass
 
+    def host_down(self, *a):
+        pass
+
     def totals(self, *a):
         pass
 

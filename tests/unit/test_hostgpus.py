@@ -35,7 +35,7 @@ def test_the_count_is_read_from_a_status_report_or_the_reason_there_is_none():
 
 
 def test_an_explicit_gpus_wins_and_is_not_asked():
-    hosts = {"limited": HostConfig(address="local", repo="/a", gpus=1),
+    hosts = {"limited": HostConfig(address="local", repo="/a", gpus=1, arch="sm90"),  # nothing to learn
              "auto": HostConfig(address="local", repo="/b"),
              "down": HostConfig(address="local", repo="/c")}
     asked: list[str] = []
@@ -59,8 +59,8 @@ def test_an_explicit_gpus_wins_and_is_not_asked():
 
 
 def test_no_host_to_ask_asks_nothing():
-    hosts = {"a": HostConfig(address="local", repo="/a", gpus=2)}
-    counted = count_gpus(hosts, lambda n, h: pytest.fail("asked a host with gpus:"))
+    hosts = {"a": HostConfig(address="local", repo="/a", gpus=2, arch="sm90")}
+    counted = count_gpus(hosts, lambda n, h: pytest.fail("asked a host with gpus: and arch:"))
     assert counted.usable == hosts and not counted.unusable and not counted.asked
 
 
@@ -77,3 +77,40 @@ def test_an_unknown_count_does_not_refuse_before_the_host_is_asked(tmp_path):
     a = plan_sweep(tmp_path / "s.yaml", PATCHES, {}).attempts[0]
     assert why_host_does_not_fit(a, HostConfig(address="local", repo="/a")) is None
     assert why_host_does_not_fit(a, HostConfig(address="local", repo="/a", gpus=1)) == "needs 2 GPUs, has 1"
+
+
+def test_the_arch_is_read_from_the_gpus_compute_capability_when_they_agree():
+    from harness.hostgpus import arch_from_status
+
+    assert arch_from_status(status_with(8)) == "sm90"
+    assert arch_from_status({"gpus": [dict(GPU, compute_cap="10.0")]}) == "sm100"
+    assert arch_from_status({"gpus": [dict(GPU, compute_cap="12.1")]}) == "sm121"
+    mixed = {"gpus": [GPU, dict(GPU, compute_cap="10.0")]}
+    for cannot_tell in ({"gpus": None}, {"gpus": []}, {"gpus": [dict(GPU, compute_cap="[N/A]")]}, mixed,
+                        {"gpus": [dict(GPU, compute_cap="7.5")]}, {"gpus": ["junk"]}):
+        assert arch_from_status(cannot_tell) is None, cannot_tell
+
+
+def test_a_host_without_arch_learns_it_from_the_simulated_target_and_placement_pins_to_it(tmp_path):
+    """The probe before a sweep asks the simulated sm100 target (inventory: `gpus:` but no `arch:`): it learns
+    sm100, so an sm90-only backend no longer fits it; a dead host without `arch:` (but with `gpus:`) stays
+    usable and of unknown arch; the inventory's configs (that attempt keys use) are unchanged."""
+    from harness.runner import host_status
+    from harness.sim import init_target
+
+    target = init_target(tmp_path / "sglang", arch="sm100", gpus=4)
+    hosts = {"b200": HostConfig(address="local", repo=str(target.repo), python=str(target.python), gpus=4,
+                                workdir=str(tmp_path / "work")),
+             "gone": HostConfig(address="127.0.0.1", port=1, repo="/r", gpus=8, connect_timeout=2)}
+    counted = count_gpus(hosts, host_status)
+    assert counted.learned_arch == {"b200": "sm100"}
+    assert counted.usable["b200"].arch == "sm100" and counted.usable["gone"].arch is None
+    assert hosts["b200"].arch is None
+    f = tmp_path / "base.yaml"
+    f.write_text("name: e\nbackend: flashinfer-mla-fp8\nmodel: {path: /m}\nserver: {port: auto, tp: 2}\n"
+                 "bench: [{name: b, num_prompts: 1, input_len: 8, output_len: 8, max_concurrency: 1}]\n")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("name: s\nbase: base.yaml\nmatrix: {backend: [flashinfer-mla-fp8]}\n")
+    a = plan_sweep(sweep, PATCHES, hosts).attempts[0]
+    assert why_host_does_not_fit(a, hosts["b200"]) is None  # as configured: unknown arch, the agent would check
+    assert "sm90" in str(why_host_does_not_fit(a, counted.usable["b200"]))

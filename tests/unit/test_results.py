@@ -210,7 +210,7 @@ def test_run_file_is_written_and_read_back_checked(tmp_path):
     store.write_run(run_info("r1", keys=("k3",)))  # resuming replaces the plan
     data = json.loads((tmp_path / "r1" / "run.json").read_text())
     assert list(data) == ["schema", "run_id", "sweep", "sweep_file", "created", "baseline", "hosts", "hosts_file",
-                          "patches_dir", "host_gpus", "attempts"]
+                          "patches_dir", "host_gpus", "key_signature", "key_archs", "attempts"]
     assert data["schema"] == 1 and data["attempts"] == [{"key": "k3", "experiment": "e", "round": 1, "order": 0,
                                                          "backend": None, "arch": None}]
     run = store.read_run("r1")

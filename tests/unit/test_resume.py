@@ -9,8 +9,9 @@ import pytest
 
 from harness.config import HostConfig
 from harness.errors import ConfigError
+from harness.plan import key_basis
 from harness.results import ResultsStore
-from harness.resume import parse_host_list, recorded_path, resume_command, sweep_host_names
+from harness.resume import parse_host_list, recorded_path, resume_command, run_key_basis, sweep_host_names
 from harness.schemas import RunInfo
 
 INVENTORY = {n: HostConfig(address="local", repo=f"/r/{n}") for n in ("a", "b", "c")}
@@ -27,15 +28,28 @@ def test_a_resume_takes_the_runs_own_hosts_not_the_whole_inventory():
 
 
 def test_a_resume_accepts_hosts_that_repeat_the_runs():
-    assert sweep_host_names(["c", "a"], (), INVENTORY, HOSTS_FILE, run_on("a", "c")) == ["a", "c"]
+    assert sweep_host_names(["c", "a"], (), INVENTORY, HOSTS_FILE, run_on("a", "c")) == ["c", "a"]
 
 
-def test_a_resume_with_other_hosts_is_refused_naming_the_runs_hosts():
+def test_a_resume_may_run_on_other_hosts_a_subset_or_others():
+    """The night's dead host left out, or other hosts: keys come from the run's run.json, not from these."""
+    assert sweep_host_names(["a"], (), INVENTORY, HOSTS_FILE, run_on("a", "b")) == ["a"]
+    assert sweep_host_names(["c"], (), INVENTORY, HOSTS_FILE, run_on("a", "b")) == ["c"]
+    with pytest.raises(ConfigError, match="not in the inventory: ghost"):
+        sweep_host_names(["ghost"], (), INVENTORY, HOSTS_FILE, run_on("a"))
+    # the run's own host is gone from the inventory, but --hosts names the ones to use: fine
+    assert sweep_host_names(["a"], (), INVENTORY, HOSTS_FILE, run_on("a", "gone")) == ["a"]
+
+
+def test_a_resumes_keys_are_made_from_the_runs_own_hosts_whatever_it_resumes_on():
+    own = {n: INVENTORY[n] for n in ("a", "b")}
+    recorded = run_on("a", "b").model_copy(update={"key_signature": "SIG", "key_archs": ["sm90"]})
+    assert run_key_basis(recorded, {"c": INVENTORY["c"]}, HOSTS_FILE) == ("SIG", ("sm90",))
+    # a run.json from before the basis was recorded: made again from the run's hosts, as they were planned
+    assert run_key_basis(run_on("a", "b"), INVENTORY, HOSTS_FILE) == key_basis(own)
     with pytest.raises(ConfigError) as exc:
-        sweep_host_names(["a", "b"], (), INVENTORY, HOSTS_FILE, run_on("b"))
-    msg = str(exc.value)
-    assert "run 20260101-000000-abcd ran on host(s) b, not a, b" in msg
-    assert "without --hosts" in msg and "key" in msg and "new run" in msg
+        run_key_basis(run_on("a", "gone"), INVENTORY, HOSTS_FILE)
+    assert "not in this inventory: gone" in str(exc.value) and str(HOSTS_FILE) in str(exc.value)
 
 
 def test_a_resume_whose_host_left_the_inventory_is_refused():
@@ -43,6 +57,7 @@ def test_a_resume_whose_host_left_the_inventory_is_refused():
         sweep_host_names(None, (), INVENTORY, HOSTS_FILE, run_on("a", "gone"))
     msg = str(exc.value)
     assert str(HOSTS_FILE) in msg and "not in this inventory: gone" in msg and "--hosts-file" in msg
+    assert "--hosts" in msg
 
 
 def test_a_new_sweep_takes_hosts_option_then_sweep_file_then_inventory():

@@ -1,0 +1,28 @@
+"""`harness status` exits 3 when a host cannot take an attempt now: unreachable, its agent could not look, or
+processes hold its GPUs' memory (it printed the facts and exited 0 before)."""
+
+from __future__ import annotations
+
+import yaml
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.cli_hosts import not_ready
+from tests.support.sshd import free_port
+
+
+def test_not_ready_names_an_unreachable_host_a_failed_look_and_held_gpus():
+    assert not_ready({"status": "unreachable", "error": "x"}) == "unreachable"
+    assert "could not look" in (not_ready({"status": "infra-error"}) or "")
+    assert not_ready({"status": "ok", "gpus": [{}], "gpu_apps": {"4242": 1000}}) == "GPU memory held by pid 4242"
+    assert not_ready({"status": "ok", "gpus": [{}], "gpu_apps": {}}) is None
+    assert not_ready({"status": "ok", "queue": [], "gpu_apps": {"1": 1}}) is None  # a cluster: the nodes' GPUs
+
+
+def test_status_of_an_unreachable_host_exits_3_naming_it(tmp_path):
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"gone": {"address": "127.0.0.1", "port": free_port(),
+                                                            "user": "root", "repo": "/r", "connect_timeout": 2}}}))
+    r = CliRunner().invoke(app, ["status", "--hosts-file", str(inventory)])
+    assert r.exit_code == 3, r.output
+    assert "gone: unreachable" in r.output
