@@ -245,8 +245,6 @@ class MutmutRun:
 def run_mutmut(patterns: list[str], cap_s: float | None = None) -> MutmutRun:
     """Run mutmut on `patterns` (a fresh copy of the sources: cached results can go stale), stopped after
     `cap_s` seconds; return each matching mutant's status and which tests reached which function."""
-    import fnmatch
-    import json
     import signal
 
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)

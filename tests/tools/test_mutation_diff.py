@@ -4,6 +4,7 @@ the ways a developer does."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -136,3 +137,12 @@ def test_the_committed_report_covers_the_safety_core_as_the_code_is_now():
     report = md.Report.from_json((PROJECT / "docs" / "mutation-report.json").read_text())
     assert {fn.qualname for fn in script.safety_functions()} <= set(report.functions)
     assert report.to_markdown() == (PROJECT / "docs" / "mutation-report.md").read_text()
+
+
+def test_a_function_the_report_has_no_mutant_of_runs_again(project):
+    """A report row with no mutant (its file was not given to mutmut) checked nothing: it is no reason to skip."""
+    report = report_of(project)
+    row = report.functions[REVERT.qualname]
+    report.functions[REVERT.qualname] = dataclasses.replace(row, mutants=0, killed=0, equivalent=0)
+    assert [(c.function, c.why.split(" (")[0]) for c in md.changes_since(report, [GUARD, REVERT], project)] == \
+        [(REVERT, "the report has no mutant of it")]
