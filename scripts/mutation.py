@@ -266,7 +266,9 @@ def run_mutmut(patterns: list[str], cap_s: float | None = None) -> MutmutRun:
             os.killpg(p.pid, signal.SIGKILL)
             out, _ = p.communicate()
     seconds = time.monotonic() - t0
-    if not capped and (p.returncode not in (0, 1) or "Failed to run clean test" in out):
+    # mutmut says so in words when its own run of the tests (stats, or the clean run) fails, not always by code.
+    if not capped and (p.returncode not in (0, 1) or "Failed to run clean test" in out
+                       or "failed to collect stats" in out):
         # 1 is also what mutmut returns with survivors in some versions; a failing clean run returns 1 too.
         print(out[-5000:])
         raise SystemExit(f"mutmut run failed (exit code {p.returncode}): the tests fail without any mutant")

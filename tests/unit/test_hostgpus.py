@@ -95,6 +95,8 @@ def test_a_host_without_arch_learns_it_from_the_simulated_target_and_placement_p
     """The probe before a sweep asks the simulated sm100 target (inventory: `gpus:` but no `arch:`): it learns
     sm100, so an sm90-only backend no longer fits it; a dead host without `arch:` (but with `gpus:`) stays
     usable and of unknown arch; the inventory's configs (that attempt keys use) are unchanged."""
+    if "/mutants/" in __file__:
+        pytest.skip("mutmut's rewritten copy imports mutmut, which the simulated target's Python does not have")
     from harness.runner import host_status
     from harness.sim import init_target
 
