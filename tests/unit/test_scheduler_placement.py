@@ -209,7 +209,9 @@ def test_a_down_host_is_not_probed_once_nothing_is_left_for_it(tmp_path):
     """`b` dies; `a` runs everything before b's re-probe is due (far off): the sweep ends at once, unprobed."""
     hosts = {"a": _host("sm90"), "b": _host("sm90")}
     f = _sweep(tmp_path, ["flashinfer-mla", "triton"], rounds=2)
-    runner = FakeRunner()
+    # a's attempts take 0.3 s, b's failures none: b fails twice (down) long before a could finish them all,
+    # however loaded the machine (with no duration, a could take all four first and b never go down).
+    runner = FakeRunner(duration=lambda key: 0.3)
     runner.kill("b")
     outcome = _scheduler(tmp_path, f, hosts, runner, Log(), probe=runner.probe, reprobe_after=3600).run()
     assert set(outcome.down) == {"b"} and outcome.left == [] and runner.probes == []
