@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from .agent.hostio import sha256_file
 from .errors import ConfigError
 
 MANIFEST = ".harness-report.json"
@@ -38,14 +39,6 @@ class Written:
     dirs: set[str] = field(default_factory=set)
     # A write cut short (crash, Ctrl-C) left its new digests as `pending`: either version is ours.
     pending: dict[str, str] = field(default_factory=dict)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _refuse(path: Path, what: str, hint: str) -> ConfigError:
@@ -106,7 +99,7 @@ def survey(out_dir: Path, written: Written) -> Written:
             elif entry.is_file(follow_symlinks=False):
                 if name not in written.files and name not in pending:
                     raise _refuse(path, _foreign_file(out_dir, name), _hint(out_dir))
-                digest = sha256(path)
+                digest = sha256_file(str(path))
                 if digest not in (written.files.get(name), pending.get(name)):
                     raise _refuse(path, "written by the harness but changed since", _hint(out_dir))
                 found.files[name] = digest
@@ -181,7 +174,7 @@ def write_folder(out_dir: Path, contents: Mapping[str, bytes]) -> None:
         for name, data in contents.items():
             replace_file(out_dir / name, data)
         for name in sorted(set(before.files) - set(contents)):  # ours, unchanged (surveyed), no longer needed
-            if sha256(out_dir / name) == before.files[name]:
+            if sha256_file(str(out_dir / name)) == before.files[name]:
                 os.unlink(out_dir / name)
         for d in sorted(before.dirs - dirs, key=lambda d: -d.count("/")):
             _rmdir_if_empty(out_dir / d)

@@ -16,14 +16,22 @@ from .hostio import sha256_file
 from .patchpaths import is_dot_git
 
 
-def describe(path: str) -> str:
-    """A tracked or untracked file, byte for byte (a link by its target, a folder by its type)."""
+def _missing_or_link(path: str) -> "tuple[Optional[str], Optional[os.stat_result]]":
+    """("missing" or a link's description, None), or (None, its lstat) for anything else."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return "missing"
+        return "missing", None
     if stat.S_ISLNK(st.st_mode):
-        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest(), None
+    return None, st
+
+
+def describe(path: str) -> str:
+    """A tracked or untracked file, byte for byte (a link by its target, a folder by its type)."""
+    said, st = _missing_or_link(path)
+    if st is None:
+        return said or "missing"
     if not stat.S_ISREG(st.st_mode):
         return "other:%o" % stat.S_IFMT(st.st_mode)  # a submodule's folder, a fifo
     return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))
@@ -41,12 +49,9 @@ def bytecode(rel: str) -> bool:
 
 def describe_stat(path: str) -> str:
     """An ignored file, cheaply (build outputs may be large): its type, mode, size and mtime, a link's target."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return "missing"
-    if stat.S_ISLNK(st.st_mode):
-        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+    said, st = _missing_or_link(path)
+    if st is None:
+        return said or "missing"
     return "stat:%o:%d:%d" % (st.st_mode, st.st_size, st.st_mtime_ns)
 
 
