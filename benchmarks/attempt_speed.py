@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.config import HostConfig, load_experiment  # noqa: E402
-from harness.resolve import resolve  # noqa: E402
-from harness.results import ResultsStore, new_run_id  # noqa: E402
-from harness.runner import run_attempt  # noqa: E402
+from harness.experiments.config import HostConfig, load_experiment  # noqa: E402
+from harness.experiments.resolve import resolve  # noqa: E402
+from harness.results.store import ResultsStore, new_run_id  # noqa: E402
+from harness.run.runner import run_attempt  # noqa: E402
 from harness.sim import init_target  # noqa: E402
 from tests.support.sshd import SSHServer, free_port  # noqa: E402
 

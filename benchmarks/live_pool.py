@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from real_h200 import ITL_BAR, attempts, fmt, greedy_repeats, ratio, run_to_read  # noqa: E402
 
-from harness.results import ResultsStore  # noqa: E402
-from harness.schemas import Record  # noqa: E402
+from harness.results.schemas import Record  # noqa: E402
+from harness.results.store import ResultsStore  # noqa: E402
 
 SWEEP = ROOT / "experiments" / "real-h200" / "cuda-pool-ratio.yaml"
 PREFIX = "real-cuda-pool"
@@ -58,7 +58,7 @@ def decode_kernels(rec: Record, folder: Path) -> dict[str, Any] | None:
         return dict(json.loads(sidecar.read_text()))
     if not (rec.profile and rec.profile.trace and (folder / rec.profile.trace).exists()):
         return None
-    from harness.profile import iter_events
+    from harness.triage.profile import iter_events
 
     pattern = DECODE_KERNELS[str(rec.backend)]
     out: dict[str, Any] = {"launches": 0, "gpu_us": 0.0, "decode_steps": 0, "steps": 0, "decode_step_span_us": 0.0,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.profile import summarize_trace  # noqa: E402
+from harness.triage.profile import summarize_trace  # noqa: E402
 
 OPS = [("aten::copy_", "direct_copy_kernel_cuda", 6460.0), ("flashinfer::mla_run", "BatchMLAPagedAttentionKernel", 900.0),
        ("aten::mm", "sm90_xmma_gemm_bf16bf16_bf16f32", 1940.0), ("sglang::fused_moe", "fused_moe_kernel", 800.0)]

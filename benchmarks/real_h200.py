@@ -21,8 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.results import ResultsStore, load_record  # noqa: E402
-from harness.schemas import Record  # noqa: E402
+from harness.results.schemas import Record  # noqa: E402
+from harness.results.store import ResultsStore, load_record  # noqa: E402
 
 SWEEP = ROOT / "experiments" / "real-h200" / "all-backends.yaml"
 POOL_SWEEP = ROOT / "experiments" / "real-h200" / "pool-ratio.yaml"

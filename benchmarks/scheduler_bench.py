@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from harness.config import HostConfig  # noqa: E402
-from harness.plan import plan_sweep  # noqa: E402
-from harness.protocol import Status  # noqa: E402
-from harness.results import ResultsStore  # noqa: E402
-from harness.scheduler import Scheduler  # noqa: E402
+from harness.common.protocol import Status  # noqa: E402
+from harness.experiments.config import HostConfig  # noqa: E402
+from harness.experiments.plan import plan_sweep  # noqa: E402
+from harness.results.store import ResultsStore  # noqa: E402
+from harness.run.scheduler import Scheduler  # noqa: E402
 from tests.support.fake_runner import FakeRunner  # noqa: E402
 
 BASE = {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},

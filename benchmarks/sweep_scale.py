@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from harness.plan import plan_sweep  # noqa: E402
-from harness.results import ResultsStore, new_run_id  # noqa: E402
-from harness.scheduler import Scheduler, write_run_file  # noqa: E402
+from harness.experiments.plan import plan_sweep  # noqa: E402
+from harness.results.store import ResultsStore, new_run_id  # noqa: E402
+from harness.run.scheduler import Scheduler, write_run_file  # noqa: E402
 from tests.support import netns  # noqa: E402
 
 

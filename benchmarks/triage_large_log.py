@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.triage import triage_file  # noqa: E402
+from harness.triage.classify import triage_file  # noqa: E402
 
 START = """[2026-11-01 10:00:00] server_args=ServerArgs(model_path='/models/GLM-5-NVFP4', tp_size=8, kv_cache_dtype='fp8_e4m3')
 {ranks_init}

@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from .protocol import ArgvItem, Spec
-from .results import SECRET_NAME
+from .common.protocol import ArgvItem, Spec
+from .results.store import SECRET_NAME
 
 REDACTED = "<redacted>"
 MIN_SECRET_LEN = 4  # shorter values ("1", "on") are not worth shredding every log for

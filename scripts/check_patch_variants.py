@@ -9,7 +9,7 @@ CHECKOUT is an SGLang source tree (`python/sglang/...`; `python -m tests.upstrea
 A patch set is a folder under patches/ whose patchset.yaml says `applies_to: sglang==<version>` (the
 top level is the variant for that version) and `variants: {sglang==<other>: <subfolder>}` for other
 versions (the same layout: `*.patch` files and a `files/` tree); the variant is picked as the agent
-picks it (harness.patchsets). Simulated-target sets (`applies_to: harness-sim`) are left out.
+picks it (harness.experiments.patchsets). Simulated-target sets (`applies_to: harness-sim`) are left out.
 
 For each set, the variant for the checkout's version is applied in a scratch git repo that holds copies
 of only the files the patches touch (CHECKOUT is never written): `git apply --check`, then `git apply`,
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.agent.target import target_identity  # noqa: E402
-from harness.patchsets import load_patch_set  # noqa: E402
+from harness.experiments.patchsets import load_patch_set  # noqa: E402
 
 DIFF_PATHS = re.compile(r"^(?:\+\+\+ b/(\S+)|--- a/(\S+)|rename to (\S+)|copy to (\S+))", re.MULTILINE)
 
@@ -75,7 +75,7 @@ def sglang_sets(patches: Path) -> list[str]:
 
 
 def pick_variant(patches: Path, set_name: str, target: str) -> tuple[Variant | None, list[str]]:
-    """The variant the agent would apply on `target` (harness.patchsets), and the targets the set has."""
+    """The variant the agent would apply on `target` (harness.experiments.patchsets), and the targets the set has."""
     ps = load_patch_set(patches, set_name)
     v = ps.variant_for(target)
     if v is None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# harness.agent.tree.xǁTreeǁrevert__mutmut_*   harness.plan.x_content_key__mutmut_*
+# harness.agent.tree.xǁTreeǁrevert__mutmut_*   harness.experiments.plan.x_content_key__mutmut_*
 _MUTANT_NAME = re.compile(r"^(?P<module>[\w.]+)\.x(?:ǁ(?P<cls>\w+)ǁ(?P<method>\w+)|_(?P<func>\w+))__mutmut_")
 
 

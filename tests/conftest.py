@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.config import HostConfig
+from harness.experiments.config import HostConfig
 from tests.support.sshd import SSHServer, free_port
 
 # Longest tests first (tests/durations.json), so a parallel run does not end on one long test started last.

@@ -1,7 +1,7 @@
 """The remote agent: the host side of one attempt, as a package of small standard-library modules.
 
-The controller ships this package (with `harness/protocol.py`) to the host as one content-addressed
-zipapp (`harness.shipping`), starts it with the host's own Python (>= 3.8) over one SSH channel (or as a
+The controller ships this package (with `harness/common/protocol.py`) to the host as one content-addressed
+zipapp (`harness.hosts.shipping`), starts it with the host's own Python (>= 3.8) over one SSH channel (or as a
 local subprocess) and writes the attempt's `Spec` as one JSON line on its stdin. The agent runs the
 whole lifecycle next to the server and streams typed events back:
 

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from ..protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec
+from ..common.protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec
 from .attempt import Attempt
 from .hostio import file_hashes
 from .link import Link

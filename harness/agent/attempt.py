@@ -11,7 +11,7 @@ import time
 import traceback
 from typing import Any, Optional
 
-from ..protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
+from ..common.protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
 from . import watchdog
 from .bench import Load
 from .errors import Aborted, StageFailed, abort_message

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import BenchCase, BenchResult, BenchStarted, Spec
+from ..common.protocol import BenchCase, BenchResult, BenchStarted, Spec
 from .errors import StageFailed
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link

@@ -14,7 +14,7 @@ import os
 import signal
 from typing import Dict, Optional
 
-from ..protocol import PROTOCOL, Final, ProtocolError, Spec
+from ..common.protocol import PROTOCOL, Final, ProtocolError, Spec
 from .link import Link
 from .procs import become_subreaper
 

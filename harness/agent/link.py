@@ -15,7 +15,7 @@ import threading
 import time
 from typing import IO, Optional
 
-from ..protocol import Alive, Event, Pong, Spec, encode
+from ..common.protocol import Alive, Event, Pong, Spec, encode
 
 
 class Link:

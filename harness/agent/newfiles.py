@@ -12,7 +12,7 @@ import base64
 import os
 import tempfile
 
-from ..protocol import FileEntry
+from ..common.protocol import FileEntry
 from .errors import StageFailed
 
 

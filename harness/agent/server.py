@@ -15,14 +15,14 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..protocol import Crashed, Hung, Launched, ServerSpec, Spec
+from ..common.protocol import Crashed, Hung, Launched, ServerSpec, Spec
 from .errors import StageFailed
 from .gpu import wait_gpu_release
 from .hostio import fill_slots, http_url, run
 from .link import Link
 from .procs import TICK_S, group_members, listening_inodes, marked_pids, pids_holding, proc_stat, stop_group
 
-# The controller strips colours with its own copy (harness.triage); the agent ships alone, so it keeps one.
+# The controller strips colours with its own copy (harness.triage.classify); the agent ships alone, so it keeps one.
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 LOG_TAIL_LINES = 400
 

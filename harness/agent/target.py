@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from ..protocol import FileEntry, PatchEntry, Requirements
+from ..common.protocol import FileEntry, PatchEntry, Requirements
 from .gpu import arch_of
 from .hostio import run
 

@@ -18,11 +18,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Dict, Optional
 
-from ..protocol import FileEntry, PatchEntry
+from ..common.patchpaths import git_unquote, path_problem
+from ..common.protocol import FileEntry, PatchEntry
 from .errors import StageFailed
 from .hostio import read_json, run, write_json_atomic
 from .newfiles import check_folders, parents, write_file
-from .patchpaths import git_unquote, path_problem
 from .treescan import describe, git_manifest, ignored_manifest, write_problem
 
 Journal = Dict[str, Any]

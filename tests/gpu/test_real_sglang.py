@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.results import ResultsStore, load_record
-from harness.schemas import Record
+from harness.results.schemas import Record
+from harness.results.store import ResultsStore, load_record
 
 pytestmark = [pytest.mark.gpu]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_experiment
-from harness.resolve import resolve
-from harness.results import ResultsStore, load_record, new_run_id
-from harness.runner import run_attempt
+from harness.experiments.config import load_experiment
+from harness.experiments.resolve import resolve
+from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runner import run_attempt
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 
 pytestmark = pytest.mark.integration

@@ -79,8 +79,8 @@ def test_missing_patch_file_and_unknown_host_exit_2(tmp_path):
 
 
 def test_compare_refuses_a_run_file_or_record_of_another_schema_clearly(tmp_path):
-    from harness.results import ResultsStore
-    from harness.schemas import PlannedEntry, Record, RunInfo
+    from harness.results.schemas import PlannedEntry, Record, RunInfo
+    from harness.results.store import ResultsStore
 
     store = ResultsStore(tmp_path / "results")
     store.write_run(RunInfo(run_id="r1", sweep="s", sweep_file=str(tmp_path / "s.yaml"),
@@ -107,8 +107,8 @@ def test_compare_refuses_a_run_file_or_record_of_another_schema_clearly(tmp_path
 
 
 def test_compare_with_an_unknown_metric_or_baseline_exits_2_naming_the_known_ones(tmp_path):
-    from harness.results import ResultsStore
-    from harness.schemas import Record
+    from harness.results.schemas import Record
+    from harness.results.store import ResultsStore
 
     store = ResultsStore(tmp_path / "results")
     for exp in ("base", "fast"):

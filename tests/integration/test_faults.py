@@ -19,12 +19,12 @@ import uuid
 import pytest
 import yaml
 
-from harness.config import HostConfig, load_experiment
-from harness.plan import plan_sweep
-from harness.resolve import resolve
-from harness.results import ResultsStore, load_record, new_run_id
-from harness.runner import host_status, recover_host, run_attempt
-from harness.scheduler import Scheduler, write_run_file
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.plan import plan_sweep
+from harness.experiments.resolve import resolve
+from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runner import host_status, recover_host, run_attempt
+from harness.run.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
 from tests.conftest import PATCHES, marked_processes, records_on_disk, tree_snapshot, wait_until, write_experiment
 from tests.support import netns

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import HostConfig, load_experiment
 from harness.errors import HostError
-from harness.resolve import resolve
-from harness.results import ResultsStore, load_record, new_run_id
-from harness.runner import run_attempt
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.resolve import resolve
+from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runner import run_attempt
 from harness.sim import init_target
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, write_experiment
 from tests.support.figures import figure, write_figures

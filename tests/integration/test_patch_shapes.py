@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import HostConfig, load_experiment
 from harness.errors import ConfigError
-from harness.patchsets import load_patch_set
-from harness.resolve import resolve
-from harness.runner import check_patches
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.patchsets import load_patch_set
+from harness.experiments.resolve import resolve
+from harness.run.runner import check_patches
 from tests.conftest import tree_snapshot
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import HostConfig, load_experiment
 from harness.errors import Interrupted
-from harness.resolve import resolve
-from harness.results import ResultsStore, load_record, new_run_id
-from harness.runner import run_attempt
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.resolve import resolve
+from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runner import run_attempt
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, wait_until, write_experiment
 
 pytestmark = pytest.mark.integration

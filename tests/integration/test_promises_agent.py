@@ -31,13 +31,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import HostConfig, load_experiment
-from harness.resolve import resolve
-from harness.results import ResultsStore, load_record, new_run_id
-from harness.runner import run_attempt
-from harness.shipping import agent_zipapp
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.resolve import resolve
+from harness.experiments.spec import build_spec
+from harness.hosts.shipping import agent_zipapp
+from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runner import run_attempt
 from harness.sim import init_target
-from harness.spec import build_spec
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, wait_until, write_experiment
 from tests.support.sshd import free_port
 

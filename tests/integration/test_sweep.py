@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import HostConfig
-from harness.plan import plan_sweep
-from harness.results import ResultsStore, new_run_id
-from harness.scheduler import Scheduler, write_run_file
+from harness.experiments.config import HostConfig
+from harness.experiments.plan import plan_sweep
+from harness.results.store import ResultsStore, new_run_id
+from harness.run.scheduler import Scheduler, write_run_file
 from harness.sim import init_target
 from tests.conftest import PATCHES, is_final_on_disk, marked_processes, records_on_disk
 from tests.support import netns

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from harness.patchsets import Variant, load_patch_set
+from harness.experiments.patchsets import Variant, load_patch_set
 from harness.sim import init_target
 from tests.sim.simproc import PATCHES, READY_LINE, free_port, http, server_args
 

@@ -3,7 +3,7 @@
 The sim is launched with the flags of the real run (tiny DeepSeek-V2-style model, dummy weights, Triton MLA,
 FP8 KV, TP 1). Sizes and timings differ and are ignored; what must match is the order of the startup phases,
 the wording of every line the sim prints (each has a counterpart in the real log), and the lines the harness
-reads (harness/triage.py: READY_PATTERN, the milestones that place the phase, FATAL_PATTERNS).
+reads (harness/triage/classify.py: READY_PATTERN, the milestones that place the phase, FATAL_PATTERNS).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import triage
+from harness.triage import classify as triage
 from tests.sim.simproc import READY_LINE, free_port, http, server_args
 
 FIXTURE = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.16-startup"

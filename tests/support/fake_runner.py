@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.common.protocol import Status
 from harness.errors import HostUnreachable
-from harness.protocol import Status
-from harness.results import ResultsStore
-from harness.runner import AttemptOutcome
-from harness.schemas import Record, SweepAttempt
+from harness.results.schemas import Record, SweepAttempt
+from harness.results.store import ResultsStore
+from harness.run.runner import AttemptOutcome
 
 
 class FakeRunner:

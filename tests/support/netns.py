@@ -70,7 +70,7 @@ def sim_hosts_in_namespaces(n: int, root, tag: str):
     import contextlib
     from pathlib import Path
 
-    from harness.config import HostConfig
+    from harness.experiments.config import HostConfig
     from harness.sim import init_target
     from tests.support.sshd import SSHServer
 

@@ -512,13 +512,13 @@ def test_a_recovery_that_cannot_restore_the_tree_is_the_records_revert_unverifie
     """The agent died while patched and something changed a file the journal does not list: the controller's
     recovery (a real agent, through the local transport) cannot restore it, and the dead attempt's record
     says so in `revert` — not `revert: null` — naming the path, beside `recovered`."""
-    from harness.config import HostConfig, load_experiment
     from harness.errors import AgentProtocolError
-    from harness.recording import AgentReport, make_record
-    from harness.resolve import resolve
-    from harness.runner import SilentReporter, _recover_after_agent_death
-    from harness.spec import build_spec
-    from harness.transport import connect
+    from harness.experiments.config import HostConfig, load_experiment
+    from harness.experiments.resolve import resolve
+    from harness.experiments.spec import build_spec
+    from harness.hosts.transport import connect
+    from harness.run.recording import AgentReport, make_record
+    from harness.run.runner import SilentReporter, _recover_after_agent_death
     from tests.conftest import PATCHES, write_experiment
 
     killed_while_patched(repo, tmp_path)  # journal of attempt "killed" of run "r1"
@@ -544,12 +544,12 @@ def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_wha
     """Controller and agent both died while patched: the attempt kept only its provisional record. The next
     attempt on the host (a real one, through the local transport) recovers the journal; that provisional
     record then carries the recovery — `recovered`, and `revert` verified — instead of `revert: null`."""
-    from harness.config import HostConfig, load_experiment
     from harness.errors import HarnessError
-    from harness.resolve import resolve
-    from harness.results import PROVISIONAL, ResultsStore, load_record
-    from harness.runner import run_attempt
-    from harness.schemas import Record
+    from harness.experiments.config import HostConfig, load_experiment
+    from harness.experiments.resolve import resolve
+    from harness.results.schemas import Record
+    from harness.results.store import PROVISIONAL, ResultsStore, load_record
+    from harness.run.runner import run_attempt
     from tests.conftest import PATCHES, write_experiment
 
     before = tree_snapshot(repo)

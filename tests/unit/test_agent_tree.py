@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import protocol
 from harness.agent.attempt import Attempt
 from harness.agent.link import Link
 from harness.agent.tree import Git, digest
+from harness.common import protocol
 from tests.conftest import tree_snapshot
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_experiment, load_inventory
 from harness.errors import ConfigError
+from harness.experiments.config import load_experiment, load_inventory
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

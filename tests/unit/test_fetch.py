@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from harness.runner import _fetch_artifacts
+from harness.run.runner import _fetch_artifacts
 
 
 class Host:

@@ -10,9 +10,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.config import Experiment, HostConfig, Inventory, Sweep, load_experiment, load_inventory
 from harness.errors import ConfigError
-from harness.plan import plan_sweep
+from harness.experiments.config import Experiment, HostConfig, Inventory, Sweep, load_experiment, load_inventory
+from harness.experiments.plan import plan_sweep
 
 PATCHES = Path(__file__).resolve().parents[2] / "patches"
 KEYS = sorted(set(Experiment.model_fields) | set(HostConfig.model_fields) | set(Sweep.model_fields)

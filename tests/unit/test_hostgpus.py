@@ -5,11 +5,11 @@ import threading
 
 import pytest
 
-from harness.config import HostConfig, load_inventory
 from harness.errors import HostUnreachable
-from harness.hostgpus import answer_from_status, apply_answers, count_gpus
-from harness.plan import plan_sweep
-from harness.scheduler import why_host_does_not_fit
+from harness.experiments.config import HostConfig, load_inventory
+from harness.experiments.plan import plan_sweep
+from harness.hosts.gpus import answer_from_status, apply_answers, count_gpus
+from harness.run.scheduler import why_host_does_not_fit
 from tests.conftest import PATCHES
 
 GPU = {"index": "0", "uuid": "GPU-0", "name": "NVIDIA H200", "compute_cap": "9.0"}
@@ -80,7 +80,7 @@ def test_an_unknown_count_does_not_refuse_before_the_host_is_asked(tmp_path):
 
 
 def test_the_arch_is_read_from_the_gpus_compute_capability_when_they_agree():
-    from harness.hostgpus import arch_from_status
+    from harness.hosts.gpus import arch_from_status
 
     assert arch_from_status(status_with(8)) == "sm90"
     assert arch_from_status({"gpus": [dict(GPU, compute_cap="10.0")]}) == "sm100"
@@ -97,7 +97,7 @@ def test_a_host_without_arch_learns_it_from_the_simulated_target_and_placement_p
     usable and of unknown arch; the inventory's configs (that attempt keys use) are unchanged."""
     if "/mutants/" in __file__:
         pytest.skip("mutmut's rewritten copy imports mutmut, which the simulated target's Python does not have")
-    from harness.runner import host_status
+    from harness.run.runner import host_status
     from harness.sim import init_target
 
     target = init_target(tmp_path / "sglang", arch="sm100", gpus=4)

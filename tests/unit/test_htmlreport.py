@@ -1,4 +1,4 @@
-"""The HTML report (harness/htmlreport.py): its context (pure), the page it writes (parsed with the stdlib's
+"""The HTML report (harness/results/page.py): its context (pure), the page it writes (parsed with the stdlib's
 html.parser), without matplotlib, for two runs, and its size for a 50-attempt run."""
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import htmlreport, outdir, report
 from harness.errors import ConfigError
-from harness.results import ResultsStore
-from harness.schemas import Record, RunInfo
+from harness.results import compare as report
+from harness.results import outdir
+from harness.results import page as htmlreport
+from harness.results.schemas import Record, RunInfo
+from harness.results.store import ResultsStore
 from tests.conftest import tree_snapshot
 from tests.support.htmlpage import Page, external
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.cli_sim import sim_host_entry
-from harness.config import load_inventory
-from harness.project import missing_inventory_hint
+from harness.cli.app import app
+from harness.cli.sim import sim_host_entry
+from harness.experiments.config import load_inventory
+from harness.experiments.project import missing_inventory_hint
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,6 +12,7 @@ import gzip
 
 import pytest
 
+from harness.common.protocol import PORT_SLOT, BenchCase, ProfileSpec, ServerSpec, Spec
 from harness.masking import (
     attempt_secrets,
     controller_secret_values,
@@ -22,7 +23,6 @@ from harness.masking import (
     secret_arg_values,
     secret_values,
 )
-from harness.protocol import PORT_SLOT, BenchCase, ProfileSpec, ServerSpec, Spec
 
 TOKEN = "hf_s3cr3tV4lue9"
 

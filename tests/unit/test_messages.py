@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from harness import __version__
 from harness.agent.errors import abort_message
 from harness.agent.tree import git_reason
-from harness.cli import app
-from harness.progress import SweepProgress, outcome_detail
-from harness.schemas import Record
+from harness.cli.app import app
+from harness.cli.progress import SweepProgress, outcome_detail
+from harness.results.schemas import Record
 
 GIT_APPLY_STDERR = ("Checking patch python/sglang/srt/layers/attention/flashinfer_mla_backend.py...\n"
                     "error: patch failed: python/sglang/srt/layers/attention/flashinfer_mla_backend.py:412\n"

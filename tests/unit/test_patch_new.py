@@ -19,10 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.agent.tree import Tree
-from harness.cli import app
+from harness.cli.app import app
+from harness.common.protocol import FileEntry, PatchEntry
 from harness.errors import ConfigError
-from harness.patchcheck import dry_check
-from harness.patchnew import (
+from harness.experiments.patchsets import PatchSet, load_patch_set
+from harness.experiments.spec import patch_entries
+from harness.patchtools.check import dry_check
+from harness.patchtools.new import (
     make_patch_set,
     parse_target,
     patch_file_names,
@@ -30,9 +33,6 @@ from harness.patchnew import (
     slug,
     undecodable,
 )
-from harness.patchsets import PatchSet, load_patch_set
-from harness.protocol import FileEntry, PatchEntry
-from harness.spec import patch_entries
 from tests.conftest import tree_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]

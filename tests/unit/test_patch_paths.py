@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.patchsets import diff_paths, load_patch_set
+from harness.experiments.patchsets import diff_paths, load_patch_set
 
 
 def new_file(name: str, body: str = "+x\n") -> str:

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from harness.agent.target import choose_variants, fit_problems, version_tuple
-from harness.config import HostConfig, load_experiment
+from harness.common.protocol import FileEntry, PatchEntry, Requirements
 from harness.errors import ConfigError
-from harness.patchsets import load_patch_set
-from harness.protocol import FileEntry, PatchEntry, Requirements
-from harness.resolve import resolve
-from harness.spec import build_spec
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.patchsets import load_patch_set
+from harness.experiments.resolve import resolve
+from harness.experiments.spec import build_spec
 
 
 def diff(path: str, old: str, new: str) -> str:

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import HostConfig
 from harness.errors import ConfigError
-from harness.plan import interleave, plan_sweep
+from harness.experiments.config import HostConfig
+from harness.experiments.plan import interleave, plan_sweep
 
 PATCHES = Path(__file__).resolve().parents[2] / "patches"
 HOSTS = {"a": HostConfig(address="local", repo="/r", arch="sm90", gpus=8),

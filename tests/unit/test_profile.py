@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.profile import summarize_trace
+from harness.triage.profile import summarize_trace
 
 
 def trace(events):

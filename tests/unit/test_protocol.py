@@ -8,12 +8,12 @@ from dataclasses import fields
 
 import pytest
 
-from harness import protocol
+from harness.common import protocol
+from harness.common.protocol import EVENTS, PROTOCOL, Final, ProtocolError, Spec, decode, encode
 from harness.errors import AgentProtocolError
-from harness.protocol import EVENTS, PROTOCOL, Final, ProtocolError, Spec, decode, encode
-from harness.recording import AgentReport
-from harness.runner import SilentReporter, _follow_agent
-from harness.transport import RemoteProcess
+from harness.hosts.transport import RemoteProcess
+from harness.run.recording import AgentReport
+from harness.run.runner import SilentReporter, _follow_agent
 
 
 def minimal_spec(**over) -> dict:

@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from harness.metrics import KEY_METRICS
-from harness.report import (
+from harness.results.compare import (
     build_rows,
     columns,
     lower_is_better,
@@ -23,7 +22,8 @@ from harness.report import (
     to_json,
     to_markdown,
 )
-from harness.schemas import ProfileOp, ProfileSummary, Record
+from harness.results.metrics import KEY_METRICS
+from harness.results.schemas import ProfileOp, ProfileSummary, Record
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
@@ -102,7 +102,7 @@ def test_plot_writes_a_png(tmp_path):
     import pytest
 
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.reportplot import plot
+    from harness.results.plots import plot
 
     rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
                       baseline="base")
@@ -115,7 +115,7 @@ def test_plot_replaces_only_its_own_file_never_a_users_or_through_a_link(tmp_pat
 
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
     from harness.errors import ConfigError
-    from harness.reportplot import plot
+    from harness.results.plots import plot
 
     rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
                       baseline="base")
@@ -262,7 +262,7 @@ def test_identical_repeats_on_both_sides_are_the_same_with_p_value_one():
 
 
 # ============================================================================ which direction is better
-# Every metric a record keeps (harness.metrics.KEY_METRICS), with the direction that is better: a metric added
+# Every metric a record keeps (harness.results.metrics.KEY_METRICS), with the direction that is better: a metric added
 # there must be decided here.
 
 DIRECTION = {
@@ -420,7 +420,7 @@ def test_mann_whitney_p_refuses_a_method_it_does_not_know():
 @pytest.mark.parametrize("m, n", [(1, 1), (1, 4), (3, 3), (4, 2), (4, 6)])
 def test_the_exact_u_distribution_counts_every_ordering(m, n):
     # Brute force: every way to place the m values of one sample among m + n untied ranks, and its U.
-    from harness.report import _u_counts
+    from harness.results.compare import _u_counts
 
     expected = [0] * (m * n + 1)
     for ranks in itertools.combinations(range(m + n), m):
@@ -471,7 +471,7 @@ def fleet(mixed=False):
 def render(rows, metric, width, chosen=False):
     from rich.console import Console
 
-    from harness.views import print_comparison
+    from harness.cli.views import print_comparison
 
     console = Console(width=width, file=io.StringIO(), color_system=None, soft_wrap=True)  # as the CLI's
     print_comparison(console, rows, metric, chosen=chosen)
@@ -496,7 +496,7 @@ def words(*names):
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_printed_table_never_cuts_a_name_status_or_number_mid_word(width, mixed):
-    from harness.report import cell_text, ratio_text
+    from harness.results.compare import cell_text, ratio_text
 
     records = fleet(mixed)
     rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
@@ -610,7 +610,7 @@ def test_a_short_key_line_is_kept_whole_and_the_last_exception_is_the_one_kept()
     (1.0, "same", "1.00x ≈"), (1.004, "few", "1.00x ?"), (1.004, "n/a", "1.00x"),
 ])
 def test_a_ratio_that_rounds_to_one_gets_no_up_or_down_arrow(ratio, verdict, text):
-    from harness.report import Cell, ratio_text
+    from harness.results.compare import Cell, ratio_text
 
     assert ratio_text(Cell(100.0, 0.01, 5, [], ratio=ratio, verdict=verdict), False) == text
 
@@ -642,7 +642,7 @@ def test_without_a_named_baseline_and_nothing_measured_the_first_row_is_the_base
 
 
 def comparison_store(tmp_path):
-    from harness.results import ResultsStore
+    from harness.results.store import ResultsStore
 
     store = ResultsStore(tmp_path / "results")
     for r in [rec("base", [100, 101, 99, 100]), rec("fast", [150, 151, 149, 150], status="ok")]:
@@ -654,8 +654,8 @@ def comparison_store(tmp_path):
 def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_naming_the_known_ones(tmp_path):
     from rich.console import Console
 
+    from harness.cli.views import show_comparison
     from harness.errors import EXIT_CONFIG, ConfigError
-    from harness.views import show_comparison
 
     store = comparison_store(tmp_path)
     console = Console(file=io.StringIO())
@@ -675,7 +675,7 @@ def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_namin
 
 def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.reportplot import plot_figure
+    from harness.results.plots import plot_figure
 
     rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
     fig = plot_figure(rows, "output_throughput")
@@ -698,8 +698,8 @@ def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
 def test_too_narrow_for_any_table_each_experiment_becomes_a_block_of_whole_words():
     """Seen in the demo at 80 columns: a GPU column and a top-op column beside the names left no layout that
     fits, and rich squeezed every column until "sim-flashinfer-mla" read "sim-fl / ashinf / er-mla"."""
-    from harness.report import cell_text, ratio_text
-    from harness.schemas import ProfileOp, ProfileSummary
+    from harness.results.compare import cell_text, ratio_text
+    from harness.results.schemas import ProfileOp, ProfileSummary
 
     records = fleet(mixed=True)
     for r in records:

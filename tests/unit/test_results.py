@@ -6,11 +6,11 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from harness.common.protocol import Status
 from harness.errors import ConfigError, ResultsError
-from harness.metrics import parse_jsonl, summarize
-from harness.protocol import Status
-from harness.results import ResultsStore, load_record
-from harness.schemas import FINAL_STATUSES, PlannedEntry, Record, RunInfo
+from harness.results.metrics import parse_jsonl, summarize
+from harness.results.schemas import FINAL_STATUSES, PlannedEntry, Record, RunInfo
+from harness.results.store import ResultsStore, load_record
 
 
 def record(**kw):

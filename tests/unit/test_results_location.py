@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.project import RESULTS_ENV, checkout_root, default_results_dir
+from harness.experiments.project import RESULTS_ENV, checkout_root, default_results_dir
 
 
 def fake_checkout(tmp_path: Path) -> Path:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import HostConfig
 from harness.errors import ConfigError
-from harness.plan import key_basis
-from harness.results import ResultsStore
-from harness.resume import parse_host_list, recorded_path, resume_command, run_key_basis, sweep_host_names
-from harness.schemas import RunInfo
+from harness.experiments.config import HostConfig
+from harness.experiments.plan import key_basis
+from harness.results.schemas import RunInfo
+from harness.results.store import ResultsStore
+from harness.run.resume import parse_host_list, recorded_path, resume_command, run_key_basis, sweep_host_names
 
 INVENTORY = {n: HostConfig(address="local", repo=f"/r/{n}") for n in ("a", "b", "c")}
 HOSTS_FILE = Path("/cfg/hosts.yaml")

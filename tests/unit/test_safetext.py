@@ -8,11 +8,12 @@ import json
 
 import pytest
 
-from harness import htmlreport, report
-from harness.results import ResultsStore
+from harness.results import compare as report
+from harness.results import page as htmlreport
+from harness.results.schemas import Record
+from harness.results.store import ResultsStore
 from harness.safetext import display_line, display_lines, display_text
-from harness.schemas import Record
-from harness.triage import triage_text
+from harness.triage.classify import triage_text
 
 OSC52_BEL = "\x1b]52;c;cm0gLXJmIH4=\x07"
 OSC52_ST = "\x1b]52;c;cm0gLXJmIH4=\x1b\\"
@@ -91,7 +92,7 @@ def test_the_cli_console_prints_host_text_inert_even_unescaped_or_in_a_table():
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.cli_common import SafeConsole
+    from harness.cli.common import SafeConsole
 
     buf = io.StringIO()
     console = SafeConsole(file=buf, force_terminal=False, width=200)
@@ -131,7 +132,7 @@ def test_the_comparison_shows_host_words_escaped_in_its_cells_and_notes():
     """The table's cells are printed as rich Text (no markup, no render_str): the views escape them."""
     from rich.console import Console
 
-    from harness.views import print_comparison
+    from harness.cli.views import print_comparison
 
     def rec(exp: str, gpu: str, **extra) -> Record:
         return Record(run_id="r", experiment=exp, attempt="01", host="h", backend=exp, provenance={"gpu": [

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import yaml
 
-from harness.config import HostConfig
-from harness.plan import plan_sweep
-from harness.progress import SweepProgress
-from harness.protocol import Status
-from harness.results import ResultsStore
-from harness.scheduler import DownHost, Scheduler
+from harness.cli.progress import SweepProgress
+from harness.common.protocol import Status
+from harness.experiments.config import HostConfig
+from harness.experiments.plan import plan_sweep
+from harness.results.store import ResultsStore
+from harness.run.scheduler import DownHost, Scheduler
 from tests.conftest import PATCHES
 from tests.support.fake_runner import FakeRunner
 

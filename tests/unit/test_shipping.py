@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import protocol
-from harness.shipping import MIN_PYTHON, agent_sources, agent_zipapp
+from harness.common import protocol
+from harness.hosts.shipping import MIN_PYTHON, agent_sources, agent_zipapp
 
 PYENV = Path.home() / ".pyenv" / "versions"
 # scripts/mutation.py runs the tests on a copy whose modules mutmut rewrote (longer, importing mutmut):
@@ -35,9 +35,9 @@ def test_the_same_sources_give_the_same_bytes_and_the_name_is_their_hash():
 
 def test_the_zip_holds_the_agent_package_and_the_protocol_and_nothing_of_the_controller():
     names = set(zipfile.ZipFile(io.BytesIO(agent_zipapp()[1])).namelist())
-    assert {"__main__.py", "harness/__init__.py", "harness/protocol.py", "harness/agent/attempt.py",
+    assert {"__main__.py", "harness/__init__.py", "harness/common/protocol.py", "harness/agent/attempt.py",
             "harness/agent/tree.py", "harness/agent/link.py"} <= names
-    assert not any(n in names for n in ("harness/runner.py", "harness/cli.py", "harness/results.py"))
+    assert not any(n in names for n in ("harness/run/runner.py", "harness/cli/app.py", "harness/results/store.py"))
 
 
 @about_the_source

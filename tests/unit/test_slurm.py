@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from harness.config import ClusterConfig, ClusterHost, load_inventory
+from harness.common.protocol import BenchCase, ServerSpec, Spec, Timeouts
 from harness.errors import ConfigError
-from harness.protocol import BenchCase, ServerSpec, Spec, Timeouts
-from harness.slurm import (
+from harness.experiments.config import ClusterConfig, ClusterHost, load_inventory
+from harness.hosts.slurm import (
     MEANING,
     TERMINAL,
     batch_script,

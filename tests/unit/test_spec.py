@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import HostConfig, load_experiment
 from harness.errors import ConfigError
-from harness.resolve import resolve
-from harness.spec import build_spec
+from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.resolve import resolve
+from harness.experiments.spec import build_spec
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 
@@ -74,7 +74,7 @@ def test_backend_and_explicit_attention_backend_conflict(project):
 
 
 def test_patch_set_hash_changes_with_content(project):
-    from harness.patchsets import load_patch_set
+    from harness.experiments.patchsets import load_patch_set
 
     a = load_patch_set(project / "patches", "p1").sha256
     (project / "patches" / "p1" / "0001-x.patch").write_text(DIFF.replace("+b", "+c"))
@@ -82,7 +82,7 @@ def test_patch_set_hash_changes_with_content(project):
 
 
 def test_non_diff_patch_rejected(project):
-    from harness.patchsets import load_patch_set
+    from harness.experiments.patchsets import load_patch_set
 
     (project / "patches" / "p1" / "0002-bad.patch").write_text("just text\n")
     err = pytest.raises(ConfigError, load_patch_set, project / "patches", "p1").value
@@ -91,7 +91,7 @@ def test_non_diff_patch_rejected(project):
 
 def test_files_entry_below_a_file_the_diff_writes_is_refused_before_any_host(project):
     """files/x.py/inner.py where the set's diff writes x.py: no host could ever write it."""
-    from harness.patchsets import load_patch_set
+    from harness.experiments.patchsets import load_patch_set
 
     (project / "patches" / "p1" / "files" / "x.py").mkdir()
     (project / "patches" / "p1" / "files" / "x.py" / "inner.py").write_text("print('never')\n")
@@ -102,7 +102,7 @@ def test_files_entry_below_a_file_the_diff_writes_is_refused_before_any_host(pro
 
 def test_files_entry_below_a_file_the_diff_deletes_is_not_refused(project):
     """The diff deletes x.py: files/x.py/inner.py then makes x.py a folder, which a host can write."""
-    from harness.patchsets import load_patch_set
+    from harness.experiments.patchsets import load_patch_set
 
     (project / "patches" / "p1" / "0002-rm.patch").write_text(
         "diff --git a/x.py b/x.py\ndeleted file mode 100644\nindex 1111111..0000000\n--- a/x.py\n+++ /dev/null\n"
@@ -118,7 +118,7 @@ def test_files_entry_below_a_file_the_diff_deletes_is_not_refused(project):
 def test_files_entry_that_is_a_link_or_not_a_file_is_refused_naming_it(project, tmp_path, kind):
     """Skipped, it would silently apply less than the folder shows; followed, it reads any file of this
     machine into the host's tree."""
-    from harness.patchsets import load_patch_set
+    from harness.experiments.patchsets import load_patch_set
 
     secret = tmp_path / "elsewhere"
     secret.mkdir()
@@ -134,7 +134,7 @@ def test_files_entry_that_is_a_link_or_not_a_file_is_refused_naming_it(project, 
 
 
 def test_record_redacts_secret_env():
-    from harness.results import redact_env
+    from harness.results.store import redact_env
 
     assert redact_env({"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "NCCL_DEBUG": "INFO"}) == {
         "HF_TOKEN": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "NCCL_DEBUG": "INFO"}
@@ -165,7 +165,7 @@ def test_ssh_transport_command_gives_the_remote_shell_back_each_argv_element_unc
     # must reach the program as exactly that one argument.
     if shutil.which(shell) is None:
         pytest.skip(f"no {shell} here")
-    from harness.transport import SSHTransport
+    from harness.hosts.transport import SSHTransport
 
     chan = _RecordingChannel()
     transport = SSHTransport.__new__(SSHTransport)  # no connection: only the command line is under test

@@ -6,8 +6,8 @@ from __future__ import annotations
 import yaml
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.cli_hosts import not_ready
+from harness.cli.app import app
+from harness.cli.hosts import not_ready
 from tests.support.sshd import free_port
 
 

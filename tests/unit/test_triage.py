@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.triage import (
+from harness.triage.classify import (
     CATEGORIES,
     KEY_LINE_MAX,
     PHASES,
@@ -930,7 +930,7 @@ def test_the_categories_triage_knows_are_the_ones_the_docs_list():
 def test_the_agent_watching_a_live_server_sees_the_same_child_failure_notice(tmp_path, line, fatal):
     # The agent gets FATAL_PATTERNS and LINE_PREFIX_PATTERN in its spec and applies them to each new line.
     from harness.agent import server
-    from harness.triage import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
+    from harness.triage.classify import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
 
     log = tmp_path / "server.log"
     log.write_text(line + "\n")

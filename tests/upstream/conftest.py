@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import HostConfig
+from harness.experiments.config import HostConfig
 from tests.conftest import tree_snapshot
 from tests.upstream.sglang_source import SKIP_ENV, FetchError, copy_repo, fetch_wheel, lay_out
 

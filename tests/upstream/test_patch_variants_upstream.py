@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.patchsets import load_patch_set
+from harness.experiments.patchsets import load_patch_set
 from tests.conftest import PATCHES, PROJECT
 from tests.upstream.sglang_source import SKIP_ENV, FetchError, fetch_wheel, lay_out
 

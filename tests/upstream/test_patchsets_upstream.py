@@ -22,11 +22,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from harness.config import Experiment, ModelSettings, ServerSettings
 from harness.errors import ConfigError
-from harness.patchsets import NewFile, PatchFile, PatchSet, Variant, load_patch_set
-from harness.resolve import Resolved, resolve
-from harness.runner import check_patches
+from harness.experiments.config import Experiment, ModelSettings, ServerSettings
+from harness.experiments.patchsets import NewFile, PatchFile, PatchSet, Variant, load_patch_set
+from harness.experiments.resolve import Resolved, resolve
+from harness.run.runner import check_patches
 from tests.conftest import PATCHES, tree_snapshot
 from tests.support.sshd import free_port
 from tests.upstream.sglang_source import APPLIES_TO, SKIP_ENV

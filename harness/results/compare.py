@@ -1,0 +1,406 @@
+"""Comparison of results (pure): one row per experiment (and GPU), medians over repeats with their
+spread, ratios to a baseline with a significance test on the per-repeat samples, noise and
+comparability called out. Rendering to table / markdown / csv / json lives here too; printing does not."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from ..common.protocol import Status
+from ..safetext import display_line
+from .schemas import Record
+
+ALPHA = 0.05
+NOISY_CV = 0.05
+# Fewer repeats than this on a side: "?" (too few). With 3 against 3 the two-sided Mann-Whitney test cannot
+# reach p < 0.05 at all (at best 2 / C(6, 3) = 0.1), so "not significant" would tell nothing; 4 against 4
+# can (2 / C(8, 4) = 0.029).
+MIN_SAMPLES = 4
+MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""}
+
+
+@dataclass
+class Cell:
+    median: float | None
+    cv: float | None
+    n: int
+    samples: list[float]
+    ratio: float | None = None
+    p_value: float | None = None
+    verdict: str = "n/a"  # better | worse | same | few | n/a
+
+    @property
+    def marker(self) -> str:
+        return MARKERS[self.verdict]
+
+
+@dataclass
+class Row:
+    label: str
+    experiment: str
+    run_id: str
+    backend: str | None
+    gpu: str | None
+    status: Status
+    attempts: int
+    ok: int
+    category: str | None = None
+    key_line: str | None = None
+    top_op: str | None = None
+    provenance: dict[str, str | None] = field(default_factory=dict)
+    cells: dict[str, Cell] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    is_baseline: bool = False
+    expected: bool = False  # it crashed or hung, and the experiment said it would (`expect`)
+
+
+def lower_is_better(metric: str) -> bool:
+    """Of the metrics a record keeps (metrics.KEY_METRICS): the latencies (every one ends in `_ms`) and the
+    benchmark's duration; throughputs and counts are higher-is-better."""
+    return metric.endswith("_ms") or metric == "duration"
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a metric a record keeps (SGLang's bench_serving names: metrics.KEY_METRICS)."""
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric == "request_throughput":
+        return "req/s"
+    if metric.endswith("_throughput"):
+        return "tok/s"
+    return {"duration": "s", "completed": "requests", "total_output_tokens": "tokens"}.get(metric, "")
+
+
+def gpu_of(rec: Record) -> str | None:
+    gpus = rec.provenance.gpu or []
+    if gpus:
+        return f"{gpus[0].get('name')} x{len(gpus)}"
+    return None
+
+
+def group_records(records: list[Record]) -> dict[tuple[str, str, str | None], list[Record]]:
+    """(run, experiment, GPU) → records. Mixed GPUs are never pooled: the same backend on an H200 and
+    on a B200 are two rows."""
+    groups: dict[tuple[str, str, str | None], list[Record]] = {}
+    for rec in records:
+        groups.setdefault((rec.run_id, rec.experiment, gpu_of(rec)), []).append(rec)
+    return groups
+
+
+def build_rows(records: list[Record], *, metric: str, baseline: str | None = None,
+               cases: list[str] | None = None) -> list[Row]:
+    groups = group_records(records)
+    multi_run = len({k[0] for k in groups}) > 1
+    multi_gpu = {exp for (run, exp, gpu) in groups if sum(1 for k in groups if k[1] == exp and k[0] == run) > 1}
+    all_cases = cases or sorted({c for r in records for c in r.metrics})
+    rows = []
+    for (run_id, exp, gpu), recs in groups.items():
+        label = exp + (f" @ {gpu}" if exp in multi_gpu and gpu else "")
+        if multi_run:
+            label = f"{run_id}:{label}"
+        rows.append(_row(label, run_id, exp, gpu, recs, metric, all_cases))
+    rows.sort(key=lambda r: (r.run_id, r.experiment, r.gpu or ""))
+    _apply_baseline(rows, baseline, metric)
+    return rows
+
+
+def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record], metric: str,
+         cases: list[str]) -> Row:
+    ok = [r for r in recs if r.status == Status.OK]
+    latest = recs[-1]
+    if ok:
+        status = Status.OK
+    else:
+        status = Counter(r.status for r in recs).most_common(1)[0][0]
+    row = Row(label=label, experiment=exp, run_id=run_id, backend=latest.backend, gpu=gpu, status=status,
+              attempts=len(recs), ok=len(ok), provenance=_provenance(ok[-1] if ok else latest))
+    failing = [r for r in recs if r.status == status] if status != Status.OK else []
+    if failing:
+        f = failing[-1]
+        row.expected = bool(f.expectation_met) and f.expect in ("crash", "hang")
+        row.category = f.verdict.category if f.verdict else None
+        if f.verdict and f.verdict.category == "hung":
+            row.key_line = f"no progress in {f.verdict.phase}" if f.verdict.phase else "no progress"
+        elif f.verdict and f.verdict.key_line:
+            row.key_line = f.verdict.key_line
+        elif f.error:
+            row.key_line = f.error.strip().splitlines()[0]
+    if ok and len(ok) < len(recs):
+        row.notes.append(f"{len(recs) - len(ok)} of {len(recs)} attempts not ok")
+    if ok and ok[-1].expect in ("crash", "hang"):
+        row.notes.append(f"expected {ok[-1].expect}, ran ok")
+    tops = [r.profile.top for r in ok if r.profile is not None and r.profile.top]
+    if tops:
+        first = tops[-1][0]
+        row.top_op = f"{first.name} {first.share * 100:.0f}%"
+    for case in cases:
+        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get("samples", {}).get(metric) or [])]
+        row.cells[case] = _cell(samples)
+        cell = row.cells[case]
+        if cell.n and cell.cv is not None and cell.cv > NOISY_CV:
+            row.notes.append(f"{case}: noisy (CV {cell.cv * 100:.1f}%)")
+        if 0 < cell.n < MIN_SAMPLES:
+            row.notes.append(f"{case}: few samples (n={cell.n})")
+    return row
+
+
+def _provenance(rec: Record) -> dict[str, str | None]:
+    p = rec.provenance
+    return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host}
+
+
+def _cell(samples: list[float]) -> Cell:
+    if not samples:
+        return Cell(None, None, 0, [])
+    med = statistics.median(samples)
+    cv = statistics.pstdev(samples) / statistics.mean(samples) if len(samples) > 1 and statistics.mean(samples) else 0.0
+    return Cell(med, cv, len(samples), samples)
+
+
+def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
+    if not rows:
+        return
+    if baseline:
+        candidates = [r for r in rows if baseline in (r.label, r.experiment)]
+    else:  # the first row that measured the metric: a crashed one would leave nothing to compare with
+        candidates = [next((r for r in rows if measured(r)), rows[0])]
+    if any(r.status == Status.OK for r in candidates):  # a baseline that never ran measures nothing
+        candidates = [r for r in candidates if r.status == Status.OK]
+    if not candidates:
+        for r in rows:
+            r.notes.append(f"baseline {baseline!r} not found")
+        return
+    for b in candidates:
+        b.is_baseline = True
+    lower = lower_is_better(metric)
+    for row in rows:
+        # The baseline measured under the same conditions, when there is one.
+        base = next((b for b in candidates if b.provenance == row.provenance or
+                     (b.gpu == row.gpu and b.run_id == row.run_id)), candidates[0])
+        diffs = [k for k in ("gpu", "server_version", "base_commit")
+                 if base.provenance.get(k) != row.provenance.get(k)]
+        if diffs and row is not base and row.status == Status.OK:
+            what = ", ".join(f"{k} {_short(row.provenance.get(k))} vs {_short(base.provenance.get(k))}" for k in diffs)
+            row.notes.append(f"not comparable to the baseline: {what}")
+        for case, cell in row.cells.items():
+            bcell = base.cells.get(case)
+            if row is base or bcell is None or cell.median is None or not bcell.median:
+                continue
+            cell.ratio = cell.median / bcell.median
+            if diffs:
+                cell.verdict = "n/a"
+                continue
+            if min(cell.n, bcell.n) < MIN_SAMPLES:
+                cell.verdict = "few"
+                continue
+            cell.p_value = mann_whitney_p(cell.samples, bcell.samples)
+            if cell.p_value >= ALPHA:
+                cell.verdict = "same"
+            else:
+                better = cell.ratio < 1 if lower else cell.ratio > 1
+                # equal medians: the spread differs, the typical run does not
+                cell.verdict = "better" if better else "worse" if cell.ratio != 1 else "same"
+
+
+def measured(row: Row) -> bool:
+    """The row ran and has samples of the metric in some case."""
+    return row.status == Status.OK and any(c.n for c in row.cells.values())
+
+
+def metric_names(records: list[Record]) -> list[str]:
+    """The metrics `compare` can show for these records: those measured, and every one a record keeps."""
+    from .metrics import KEY_METRICS
+
+    seen = {m for r in records for case in r.metrics.values() for m in case.get("samples", {})}
+    return sorted(seen | set(KEY_METRICS))
+
+
+def baseline_names(rows: list[Row]) -> list[str]:
+    """What `--baseline` accepts: an experiment, or a row's label (run:experiment, experiment @ GPU)."""
+    return sorted({r.experiment for r in rows} | {r.label for r in rows})
+
+
+def mann_whitney_p(a: list[float], b: list[float], method: str = "auto") -> float:
+    """Two-sided Mann-Whitney U test: do the two sets of repeats differ? scipy.stats.mannwhitneyu's p-value
+    (alternative="two-sided", continuity correction), in pure Python so that `compare` needs no scipy.
+
+    method "auto" is scipy's choice: the exact null distribution when there are no ties and either side has
+    at most 8 values, else the normal approximation with tie correction."""
+    if method not in ("auto", "exact", "asymptotic"):
+        raise ValueError(f"method {method!r}: auto, exact or asymptotic")
+    if len(set(a) | set(b)) == 1:  # no spread at all: scipy gives nan; nothing differs
+        return 1.0
+    n1, n2 = len(a), len(b)
+    # U of `a`: the pairs it wins, ties counting half (the same as the rank-sum form, without ranks).
+    u1 = sum((x > y) + 0.5 * (x == y) for x in a for y in b)
+    u = max(u1, n1 * n2 - u1)  # the larger U: its upper tail, doubled, is the two-sided p
+    ties = [t for t in Counter(a + b).values() if t > 1]
+    exact = method == "exact" or (method == "auto" and not ties and (n1 <= 8 or n2 <= 8))
+    p = _exact_sf(int(u), n1, n2) if exact else _normal_sf(u, n1, n2, ties)
+    return min(1.0, 2 * p)
+
+
+def _u_counts(m: int, n: int) -> list[int]:
+    """How many of the C(m+n, m) orderings of two untied samples of sizes m and n give each U = 0..m*n:
+    the coefficients of the Gaussian binomial [m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i),
+    built factor by factor in exact integers (every partial product is itself a polynomial)."""
+    counts = [1] + [0] * (m * n)
+    for i in range(1, m + 1):
+        for u in range(m * n, n + i - 1, -1):  # times (1 - q^(n+i)); downwards reads the old values
+            counts[u] -= counts[u - n - i]
+        for u in range(i, m * n + 1):  # divided by (1 - q^i); upwards reads the new values
+            counts[u] += counts[u - i]
+    return counts
+
+
+def _exact_sf(u: int, n1: int, n2: int) -> float:
+    """P(U >= u) under the null hypothesis, from the exact distribution (no ties)."""
+    counts = _u_counts(min(n1, n2), max(n1, n2))
+    return sum(counts[u:]) / sum(counts)
+
+
+def _normal_sf(u: float, n1: int, n2: int, ties: list[int]) -> float:
+    """P(U >= u) by the normal approximation, with the tie correction and the continuity correction."""
+    n = n1 + n2
+    tie_term = sum(t ** 3 - t for t in ties)
+    sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
+    z = (u - n1 * n2 / 2 - 0.5) / sigma
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _short(v: object) -> str:
+    s = str(v)
+    return s[:12] if len(s) == 40 else s
+
+
+# ============================================================================ rendering
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def cell_text(cell: Cell) -> str:
+    if not cell.n:
+        return "-"
+    spread = f" ±{cell.cv * 100:.1f}%" if cell.cv is not None and cell.n > 1 else ""
+    return f"{_fmt(cell.median)}{spread} (n={cell.n})"
+
+
+def ratio_text(cell: Cell, is_baseline: bool) -> str:
+    if is_baseline:
+        return "baseline"
+    if cell.ratio is None:
+        return "-"
+    text = f"{cell.ratio:.2f}x"
+    # ▲/▼ next to "1.00x" would claim a change the reader cannot see (under 0.5 %: it rounds away)
+    marker = "" if text == "1.00x" and cell.verdict in ("better", "worse") else cell.marker
+    return f"{text} {marker}".strip()
+
+
+def status_text(row: Row) -> str:
+    if row.status == Status.OK:
+        return Status.OK.value if row.ok == row.attempts else f"{Status.OK.value} ({row.ok}/{row.attempts})"
+    s = row.status.value
+    if row.category and row.category != row.status.value:
+        s += f": {row.category}"
+    return f"as expected ({s})" if row.expected else s
+
+
+KEY_LINE_MAX = 120
+_ERROR_NAME = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b")
+
+
+def short_key_line(line: str, limit: int = KEY_LINE_MAX) -> str:
+    """A key line of at most `limit` characters that keeps the exception and its message: what comes before
+    the last exception name (a logger prefix, a path) goes first, then the end of the message; a line
+    without an exception name loses its middle."""
+    if len(line) <= limit:
+        return line
+    names = list(_ERROR_NAME.finditer(line))
+    if names:
+        tail = line[names[-1].start():]
+        return "…" + tail if len(tail) < limit else tail[:limit - 1] + "…"
+    half = (limit - 1) // 2
+    return line[:half] + "…" + line[len(line) - (limit - 1 - half):]
+
+
+def mixed_gpus(rows: list[Row]) -> bool:
+    return len({r.gpu for r in rows if r.gpu}) > 1
+
+
+def value_header(case: str, metric: str) -> str:
+    unit = metric_unit(metric)
+    return f"{case} median ± CV" + (f", {unit}" if unit else "")
+
+
+def columns(rows: list[Row], metric: str = "") -> list[str]:
+    cases = sorted({c for r in rows for c in r.cells})
+    cols = ["experiment", "backend"] + (["GPU"] if mixed_gpus(rows) else []) + ["status"]
+    for c in cases:
+        cols += [value_header(c, metric), f"{c} vs base"]
+    if any(r.top_op for r in rows):
+        cols.append("top op")
+    return cols + ["notes"]
+
+
+def table_rows(rows: list[Row]) -> list[list[str]]:
+    cases = sorted({c for r in rows for c in r.cells})
+    out = []
+    for r in rows:
+        notes = list(r.notes)
+        if r.key_line:
+            notes.insert(0, short_key_line(r.key_line))
+        line = [r.label, r.backend or "-"] + ([r.gpu or "-"] if mixed_gpus(rows) else []) + [status_text(r)]
+        for c in cases:
+            cell = r.cells.get(c) or Cell(None, None, 0, [])
+            line += [cell_text(cell), ratio_text(cell, r.is_baseline)]
+        if any(x.top_op for x in rows):
+            line.append(r.top_op or "-")
+        line.append("; ".join(notes))
+        out.append(line)
+    return out
+
+
+def to_markdown(rows: list[Row], metric: str) -> str:
+    cols = columns(rows, metric)
+    lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
+             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples",
+             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for line in table_rows(rows):
+        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in line) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    cases = sorted({c for r in rows for c in r.cells})
+    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok",
+            "as_expected"]
+    for c in cases:
+        head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
+    w.writerow(head + ["top_op", "notes"])
+    for r in rows:
+        line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
+                              r.key_line, r.attempts, r.ok, r.expected]
+        for c in cases:
+            cell = r.cells.get(c) or Cell(None, None, 0, [])
+            line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
+        # A spreadsheet or a terminal shows these: a host's words (GPU, op names) with their controls escaped.
+        w.writerow([display_line(x) if isinstance(x, str) else x for x in line + [r.top_op, "; ".join(r.notes)]])
+    return buf.getvalue()
+
+
+def to_json(rows: list[Row], metric: str) -> str:
+    return json.dumps({"metric": metric, "lower_is_better": lower_is_better(metric),
+                       "rows": [asdict(r) for r in rows]}, indent=1)

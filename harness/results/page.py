@@ -1,0 +1,349 @@
+"""A night's sweep as one self-contained page (`harness report --html DIR`, and the end of `harness demo`).
+
+The page is static HTML: CSS inline, plots inline SVG (drawn by matplotlib when the page is built, so no
+browser, server or network is needed to read it), the failed attempts' log excerpts copied beside it under
+`logs/` and linked relatively — the folder opens from disk or from any static host.
+
+`build_context` is pure (rows and records in, a dict for the template out); `write_html` reads the log
+excerpts, renders the template and writes the folder (outdir.py: only files the harness wrote are ever
+replaced). The numbers and their words come from `report`
+(rows, cells, ratios, significance): nothing is computed twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from .. import __version__
+from ..common.protocol import Status
+from ..masking import controller_secret_values, mask_secrets
+from ..safetext import display_lines
+from . import compare, outdir, plots
+from .schemas import Record, RunInfo
+from .store import ResultsStore
+
+LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
+PAGE = "index.html"
+NO_MATPLOTLIB = ("matplotlib is not installed, so this page has no plots (the table above has every number). "
+                 "Install it with: pip install 'harness[plot]', then write the page again.")
+REFUSED = {Status.PREFLIGHT_FAILED: "refused before launch"}
+
+AttemptKey = tuple[str, str, str]  # run, experiment, attempt
+
+
+def attempt_key(rec: Record) -> AttemptKey:
+    return (rec.run_id, rec.experiment, rec.attempt)
+
+
+# ============================================================================ the context (pure)
+
+
+def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
+    """The comparison table as the page shows it: the terminal's texts (report's), with the GPU of every
+    row, the verdict of each ratio as a class (its colour) and its p-value."""
+    cases = sorted({c for r in rows for c in r.cells})
+    tops = any(r.top_op for r in rows)
+    headers = ["experiment", "backend", "GPU", "status"]
+    for c in cases:
+        headers += [compare.value_header(c, metric), f"{c} vs base"]
+    headers += (["top op"] if tops else []) + ["notes"]
+    empty = compare.Cell(None, None, 0, [])
+    lines = []
+    for r in rows:
+        cells: list[dict[str, Any]] = [{"text": r.label}, {"text": r.backend or "-"}, {"text": r.gpu or "-"},
+                                       {"text": compare.status_text(r), "cls": status_class(r)}]
+        for c in cases:
+            cell = r.cells.get(c) or empty
+            cells.append({"text": compare.cell_text(cell), "cls": "num"})
+            p = f"p = {cell.p_value:.3g} (Mann-Whitney)" if cell.p_value is not None else None
+            cells.append({"text": compare.ratio_text(cell, r.is_baseline),
+                          "cls": f"num v-{cell.verdict.replace('/', '')}", "title": p,
+                          "p": f"p={cell.p_value:.2g}" if cell.p_value is not None else None})
+        if tops:
+            cells.append({"text": r.top_op or "-"})
+        notes = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes
+        cells.append({"text": "; ".join(notes), "cls": "notes"})
+        cells = [{"cls": None, "title": None, "p": None, **c} for c in cells]  # every key, for the template
+        lines.append({"label": r.label, "baseline": r.is_baseline, "status": status_class(r), "cells": cells})
+    return {"headers": headers, "rows": lines, "baseline": [r.label for r in rows if r.is_baseline]}
+
+
+def status_class(row: compare.Row) -> str:
+    if row.expected:
+        return "expected"
+    return "ok" if row.status == Status.OK else "fail"
+
+
+def failures(records: list[Record], logs: Mapping[AttemptKey, str]) -> list[dict[str, Any]]:
+    """Every attempt that did not run ok (crashed, hung, refused before launch, …): why, where, and a link to
+    its log excerpt (`logs`: attempt → relative link) when it had a server log."""
+    out = []
+    for rec in records:
+        if rec.status == Status.OK:
+            continue
+        v = rec.verdict
+        error = rec.error.strip().splitlines()[0] if rec.error and rec.error.strip() else None
+        key_line = v.key_line if v and v.key_line else error
+        out.append({
+            "run": rec.run_id, "experiment": rec.experiment, "attempt": rec.attempt, "host": rec.host,
+            "gpu": compare.gpu_of(rec), "backend": rec.backend,
+            "status": rec.status.value, "what": REFUSED.get(rec.status, rec.status.value),
+            "expected": bool(rec.expectation_met) and rec.expect in ("crash", "hang"),
+            "category": v.category if v else None, "key_line": key_line, "phase": v.phase if v else None,
+            "hint": v.hint if v else None, "error": error if error != key_line else None,
+            "log": logs.get(attempt_key(rec)),
+        })
+    out.sort(key=lambda f: (f["expected"], f["run"], f["experiment"], f["attempt"]))
+    return out
+
+
+def top_ops(records: list[Record]) -> list[dict[str, Any]]:
+    """The top op (by GPU time) of each backend's latest profiled attempt, per GPU."""
+    latest: dict[tuple[str, str], Record] = {}
+    for rec in records:
+        if rec.status == Status.OK and rec.profile is not None and rec.profile.top:
+            latest[(rec.backend or rec.experiment, compare.gpu_of(rec) or "-")] = rec
+    out = []
+    for (backend, gpu), rec in sorted(latest.items()):
+        assert rec.profile is not None
+        op = rec.profile.top[0]
+        kernel = max(op.kernels, key=lambda k: k.gpu_us).name if op.kernels else None
+        out.append({"backend": backend, "gpu": gpu, "experiment": rec.experiment, "op": op.name,
+                    "share": f"{op.share * 100:.0f}%", "gpu_ms": f"{op.gpu_us / 1000:,.1f}", "calls": op.calls,
+                    "kernel": kernel,
+                    "next": ", ".join(f"{o.name} {o.share * 100:.0f}%" for o in rec.profile.top[1:3])})
+    return out
+
+
+def provenance(records: list[Record], runs: Mapping[str, RunInfo | None]) -> dict[str, Any]:
+    """Where and on what the runs ran: one line per run and host, and every patch set's hash."""
+    hosts: dict[tuple[str, str], dict[str, Any]] = {}
+    patches: dict[tuple[str, str], set[str]] = {}
+    for rec in records:
+        p = rec.provenance
+        line = hosts.setdefault((rec.run_id, rec.host), {
+            "run": rec.run_id, "host": rec.host, "hostname": set(), "gpu": set(), "arch": set(), "sglang": set(),
+            "flashinfer": set(), "commit": set(), "harness": set()})
+        for k, value in (("hostname", p.hostname), ("gpu", compare.gpu_of(rec)), ("arch", p.arch or rec.arch),
+                         ("sglang", p.server_version), ("flashinfer", p.flashinfer_version),
+                         ("commit", p.base_commit), ("harness", p.harness_version)):
+            if value:
+                line[k].add(value)
+        for name, digest in p.patch_sets.items():
+            patches.setdefault((rec.run_id, name), set()).add(digest)
+    lines = [{k: (", ".join(sorted(v)) or "-") if isinstance(v, set) else v for k, v in h.items()}
+             for _, h in sorted(hosts.items())]
+    return {
+        "hosts": lines,
+        "patches": [{"run": run, "name": name, "sha256": ", ".join(sorted(d))}
+                    for (run, name), d in sorted(patches.items())],
+        "runs": [{"run": run_id, "sweep": info.sweep if info else None, "created": info.created if info else None,
+                  "baseline": info.baseline if info else None, "planned": len(info.attempts) if info else None}
+                 for run_id, info in runs.items()],
+    }
+
+
+def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: str, run_b: str) -> dict[str, Any]:
+    """What changed from run A to run B: provenance (versions, commits, patch hashes, GPUs), experiments
+    added or gone, statuses, and each experiment's medians (B over A, with the significance test)."""
+    def facts(run: str) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for rec in records:
+            if rec.run_id != run:
+                continue
+            p = rec.provenance
+            for k, value in (("SGLang", p.server_version), ("FlashInfer", p.flashinfer_version),
+                             ("base commit", p.base_commit), ("GPU", compare.gpu_of(rec)), ("host", rec.host),
+                             ("harness", p.harness_version)):
+                out.setdefault(k, set()).update([value] if value else [])
+            for name, digest in p.patch_sets.items():
+                out.setdefault(f"patch set {name}", set()).add(digest[:12])
+        return out
+
+    fa, fb = facts(run_a), facts(run_b)
+    setup = [{"what": k, "a": ", ".join(sorted(fa.get(k, ()))) or "-", "b": ", ".join(sorted(fb.get(k, ()))) or "-"}
+             for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    by = {(r.run_id, r.experiment, r.gpu): r for r in rows}
+    exps_a = {(e, g) for (run, e, g) in by if run == run_a}
+    exps_b = {(e, g) for (run, e, g) in by if run == run_b}
+
+    def name(e: str, g: str | None) -> str:
+        return e + (f" @ {g}" if g else "")
+
+    moved = []
+    for e, g in sorted(exps_a & exps_b, key=lambda x: (x[0], x[1] or "")):
+        ra, rb = by[(run_a, e, g)], by[(run_b, e, g)]
+        if ra.status != rb.status or ra.expected != rb.expected:
+            moved.append({"experiment": name(e, g), "case": "status", "a": compare.status_text(ra),
+                          "b": compare.status_text(rb), "change": "status changed", "cls": "v-na"})
+        for case in sorted(set(ra.cells) & set(rb.cells)):
+            ca, cb = ra.cells[case], rb.cells[case]
+            if not ca.median or cb.median is None:
+                continue
+            ratio = cb.median / ca.median
+            cell = compare.Cell(cb.median, cb.cv, cb.n, cb.samples, ratio=ratio)
+            if min(ca.n, cb.n) < compare.MIN_SAMPLES:
+                cell.verdict = "few"
+            else:
+                cell.p_value = compare.mann_whitney_p(cb.samples, ca.samples)
+                better = ratio < 1 if compare.lower_is_better(metric) else ratio > 1
+                cell.verdict = ("same" if cell.p_value >= compare.ALPHA or ratio == 1
+                                else "better" if better else "worse")
+            moved.append({"experiment": name(e, g), "case": case, "a": compare.cell_text(ca),
+                          "b": compare.cell_text(cb), "change": compare.ratio_text(cell, False),
+                          "cls": f"v-{cell.verdict.replace('/', '')}"})
+    return {"a": run_a, "b": run_b, "setup": setup, "results": moved,
+            "added": [name(e, g) for e, g in sorted(exps_b - exps_a, key=lambda x: (x[0], x[1] or ""))],
+            "gone": [name(e, g) for e, g in sorted(exps_a - exps_b, key=lambda x: (x[0], x[1] or ""))]}
+
+
+def summary(records: list[Record]) -> list[dict[str, Any]]:
+    counts = Counter(r.status.value for r in records)
+    return [{"status": s, "n": n, "cls": "ok" if s == Status.OK.value else "fail"} for s, n in counts.most_common()]
+
+
+def build_context(records: list[Record], rows: list[compare.Row], metric: str, *,
+                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]] | None,
+                  logs: Mapping[AttemptKey, str] | None = None, chosen_baseline: bool = False,
+                  generated: str | None = None) -> dict[str, Any]:
+    """Everything the template shows. `plots`: one {case, svg} per bench case, or None without matplotlib."""
+    run_ids = list(runs)
+    diff = changes(records, rows, metric, run_ids[0], run_ids[1]) if len(run_ids) == 2 else None
+    unit = compare.metric_unit(metric)
+    return {
+        "title": "harness report: " + ", ".join(run_ids),
+        "run_ids": run_ids,
+        "generated": generated or time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "harness_version": __version__,
+        "metric": metric, "unit": unit, "lower": compare.lower_is_better(metric),
+        "alpha": compare.ALPHA, "noisy_cv": f"{compare.NOISY_CV * 100:.0f}%", "min_samples": compare.MIN_SAMPLES,
+        "chosen_baseline": chosen_baseline,
+        "attempts": len(records), "summary": summary(records),
+        "table": table_context(rows, metric),
+        "plots": plots, "plots_note": None if plots is not None else NO_MATPLOTLIB,
+        "failures": failures(records, logs or {}),
+        "top_ops": top_ops(records),
+        "provenance": provenance(records, runs),
+        "changes": diff,
+    }
+
+
+# ============================================================================ plots (matplotlib, optional)
+
+
+def case_plots(rows: list[compare.Row], metric: str) -> list[dict[str, Any]] | None:
+    """One inline SVG per bench case (plots.plot_figure's panel), or None when matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    cases = sorted({c for r in rows for c in r.cells})
+    out = []
+    for i, case in enumerate(cases):
+        only = [dataclasses.replace(r, cells={case: r.cells[case]} if case in r.cells else {}) for r in rows]
+        fig = plots.plot_figure(only, metric)
+        buf = io.StringIO()
+        # text stays text (small, searchable, readable in the DOM); the same hash salt: the same page twice
+        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "harness"}):
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+        # The page's width, up to a little over the drawn size (text at its size, not blown up); many rows
+        # keep ~45 px each (labels readable) and scroll sideways on a narrow screen.
+        drawn = round(fig.get_figwidth() * 96)
+        out.append({"case": case, "svg": scoped_svg(buf.getvalue(), f"plot{i}-"),
+                    "min_width": min(drawn, 45 * len(rows)), "max_width": round(drawn * 1.25)})
+    return out
+
+
+_SVG_START = re.compile(r"^.*?(?=<svg)", re.S)
+_IDS = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
+
+
+def scoped_svg(svg: str, prefix: str) -> str:
+    """An SVG document as an inline element: no XML prolog or doctype, its ids prefixed (several plots on one
+    page must not share clip paths or markers), and sized by the page (its viewBox keeps the aspect)."""
+    svg = _SVG_START.sub("", svg, count=1)
+    svg = _IDS.sub(lambda m: m.group(1) + prefix + m.group(2), svg)
+    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', svg, count=1)
+
+
+# ============================================================================ writing the folder
+
+
+def log_excerpt(path: Path, lines: int = LOG_LINES, secrets: list[str] | None = None) -> str:
+    """The last `lines` lines of a server log. Logs are masked when fetched (runner); the values of secret-named
+    variables of this environment (as `controller_secret_values` picks them) are masked again, in case the page
+    leaves the machine."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 512 * 1024))
+        data = f.read().decode("utf-8", errors="replace")
+    tail = data.splitlines()[-lines:]
+    head = f"# last {len(tail)} lines of {path.name}\n" if len(tail) == lines else ""
+    secrets = secrets if secrets is not None else controller_secret_values()
+    excerpt = mask_secrets(head + "\n".join(tail) + "\n", secrets)
+    return display_lines(excerpt)  # for reading (browser, terminal): server.log itself stays byte-exact
+
+
+def log_excerpts(records: list[Record], stores: Mapping[str, ResultsStore]) -> dict[AttemptKey, tuple[str, str]]:
+    """Each failed attempt's server log excerpt, to be written beside the page as
+    `logs/<run>/<experiment>-<attempt>.log.txt`: attempt → (its path relative to the page, the excerpt)."""
+    out = {}
+    for rec in records:
+        store = stores.get(rec.run_id)
+        if rec.status == Status.OK or store is None:
+            continue
+        src = store.run_path(rec.run_id) / rec.experiment / rec.attempt / "server.log"
+        if not src.is_file():
+            continue
+        rel = f"logs/{_safe(rec.run_id)}/{_safe(rec.experiment)}-{_safe(rec.attempt)}.log.txt"
+        out[attempt_key(rec)] = (rel, log_excerpt(src))
+    return out
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".") or "_"
+
+
+def _shown(value: Any) -> Any:
+    """Every value the page prints: a host's control characters shown escaped (autoescape then makes it HTML);
+    markup the harness made itself (the plots' SVG, marked safe) is left as it is."""
+    from markupsafe import Markup
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return display_lines(value)
+    return value
+
+
+def render(context: dict[str, Any]) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(loader=PackageLoader("harness.results", "templates"),
+                      autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, finalize=_shown)
+    return env.get_template("report.html.j2").render(**context)
+
+
+def write_html(out_dir: Path, records: list[Record], rows: list[compare.Row], metric: str, *,
+               stores: Mapping[str, ResultsStore], runs: Mapping[str, RunInfo | None],
+               chosen_baseline: bool = False) -> Path:
+    """Write the page and its log excerpts into `out_dir` (created; an earlier page of ours there is replaced,
+    anything else there refused: outdir.write_folder); the page's path."""
+    outdir.check(out_dir)  # refuse a foreign folder before the work of building the page
+    excerpts = log_excerpts(records, stores)
+    logs = {key: "/".join(quote(part) for part in rel.split("/")) for key, (rel, _) in excerpts.items()}
+    context = build_context(records, rows, metric, runs=runs, plots=case_plots(rows, metric), logs=logs,
+                            chosen_baseline=chosen_baseline)
+    contents = {rel: text.encode("utf-8") for rel, text in excerpts.values()}
+    contents[PAGE] = render(context).encode("utf-8")
+    outdir.write_folder(out_dir, contents)
+    return out_dir / PAGE

@@ -1,0 +1,262 @@
+"""What record.json and run.json hold, as pydantic models: `Record` (one attempt, schema `SCHEMA`) and its
+parts, `RunInfo` (a sweep's plan, schema `RUN_SCHEMA`). Every key is declared: an unknown one is an error, on
+write and on read. harness.results.store writes and reads them; docs/experiments.md "Records" lists the fields."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from ..common.protocol import Status
+from ..safetext import display_line, display_lines
+
+SCHEMA = 1  # record.json
+RUN_SCHEMA = 1  # run.json
+
+# The statuses that are a result. An attempt whose latest records are all something else (the host could
+# not be used, the attempt was interrupted) runs again on resume — see `Record.is_final`.
+NOT_FINAL_STATUSES: frozenset[Status] = frozenset({Status.INFRA_ERROR, Status.ABORTED})
+FINAL_STATUSES: frozenset[Status] = frozenset(Status) - NOT_FINAL_STATUSES
+
+
+# Fields meant for display that hold a host's words (a crash's fatal line, an agent's error): their control
+# characters are shown escaped (harness.safetext), when a record is made and when an older one is read, so no
+# terminal or page that shows them acts on them. Logs stay raw in their own files.
+DisplayLine = Annotated[str, AfterValidator(display_line)]
+DisplayText = Annotated[str, AfterValidator(display_lines)]
+
+
+class _Strict(BaseModel):
+    """Every key declared: an unknown one is an error, on write and on read."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# ============================================================================ record parts
+
+
+class VerdictInfo(_Strict):
+    """Why a crashed or hung server ended (harness.triage.classify's verdict, or the hang timer's)."""
+
+    verdict: str | None = None  # ready | crash | incomplete (from triage; absent for a hang)
+    category: str
+    key_line: DisplayLine | None = None
+    phase: str | None = None
+    hint: DisplayLine | None = None
+
+
+class Revert(_Strict):
+    verified: bool
+    tree_before: str | None = None
+    tree_after: str | None = None
+    diff: list[str] | None = None  # paths that differ when not verified
+    stray_ignored: list[str] | None = None  # new paths under .gitignore'd folders (not part of the check)
+
+
+class StopInfo(_Strict):
+    """How the server was stopped (or, in `recovered`, how a leftover one was)."""
+
+    state: str | None = None  # recovery: stopped | already-gone | never-launched | killed-marked
+    signal: str | None = None  # TERM | KILL | None (already gone)
+    stragglers: list[int] | None = None
+    left: list[int] | None = None
+    pids: list[int] | None = None
+    stop_s: float | None = None
+    gpu_dirty: dict[str, int] | None = None  # pid → MiB still held after the processes were gone
+
+
+class ServerInfo(_Strict):
+    argv: list[str | dict[str, str]]  # a dict is a slot the agent filled in on the host ({"slot": "port"})
+    env: dict[str, str] = {}  # secrets redacted
+    port: int | str | None = None
+    exit_code: int | None = None
+    stop: StopInfo | None = None
+
+
+class ChangedPaths(_Strict):
+    restore: list[str] = []  # tracked files the attempt changed (restored from the base commit)
+    delete: list[str] = []  # files the attempt created (deleted)
+
+
+class Recovered(_Strict):
+    """An interrupted attempt's leftovers that this attempt cleaned up first."""
+
+    journal: dict[str, Any]  # the agent's journal as it found it
+    stop: StopInfo
+    revert: Revert
+    by: str | None = None  # "watchdog": the dead agent's own watchdog did it, before any harness command
+    took_s: float | None = None  # watchdog: from the agent's death to the tree restored
+
+
+class KernelTime(_Strict):
+    name: str
+    gpu_us: float
+
+
+class ProfileOp(_Strict):
+    name: str
+    gpu_us: float
+    share: float
+    calls: int
+    kernels: list[KernelTime] = []
+
+
+class ProfileSummary(_Strict):
+    """The top operations by GPU time in the rank-0 trace (harness.triage.profile's summary)."""
+
+    total_gpu_us: float
+    steps: int
+    top: list[ProfileOp]
+    kernels: int
+    per_step_us: float | None = None
+    trace: str | None = None  # relative to the attempt folder
+    files: list[str] = []
+
+
+class Provenance(_Strict):
+    base_commit: str | None = None
+    patch_sets: dict[str, str] = {}  # name → sha256 of its contents
+    harness_version: str | None = None
+    server_version: str | None = None
+    flashinfer_version: str | None = None  # as the server's Python sees it
+    patch_variants: dict[str, str] | None = None  # set → the variant applied ('sglang==0.5.16')
+    gpu: list[dict[str, Any]] | None = None  # nvidia-smi's GPUs (name, compute_cap, …)
+    arch: str | None = None
+    agent_python: str | None = None
+    hostname: str | None = None
+
+
+class SweepAttempt(_Strict):
+    """Where an attempt sits in a sweep: what the scheduler adds to its record."""
+
+    key: str
+    round: int
+    sweep: str
+    try_: int = Field(alias="try")
+
+
+# ============================================================================ the record
+
+# Written in every record, with their defaults when not given; every other field is written when it was
+# given (as it was before the record had a declared field for it).
+CORE_FIELDS = ("schema_", "run_id", "experiment", "attempt", "host", "backend", "status", "error", "verdict",
+               "timings", "detect_latency_s", "metrics", "provenance", "revert")
+
+
+class SlurmJob(_Strict):
+    """Where a cluster's attempt ran: its batch job."""
+
+    job_id: str
+    state: str | None = None  # the last state seen (COMPLETED, CANCELLED, TIMEOUT, ...)
+    node: str | None = None
+    reason: DisplayLine | None = None  # the last PENDING reason seen
+    queued_s: float | None = None  # submission → RUNNING (as the queue was polled)
+    agent_start_s: float | None = None  # submission → the agent's hello (the node's clock against ours)
+    requeued: int = 0
+    login_lost_s: float | None = None  # how long the login node could not be reached while the job ran
+
+
+class Record(_Strict):
+    """One attempt's `record.json` (schema `SCHEMA`; docs/experiments.md "Records" lists the fields)."""
+
+    schema_: int = Field(SCHEMA, alias="schema")
+    run_id: str
+    experiment: str
+    attempt: str
+    host: str
+    backend: str | None = None
+    status: Status
+    error: DisplayText | None = None
+    verdict: VerdictInfo | None = None
+    timings: dict[str, float] = {}
+    detect_latency_s: float | None = None
+    metrics: dict[str, dict[str, Any]] = {}  # per bench case: medians, `repeats`, and every repeat in `samples`
+    provenance: Provenance = Provenance()
+    revert: Revert | None = None
+    # what the experiment expected, and what the server was
+    expect: str | None = None  # ok | crash | hang
+    expectation_met: bool | None = None
+    experiment_file: str | None = None
+    server: ServerInfo | None = None
+    changed_paths: ChangedPaths | None = None
+    recovered: Recovered | None = None
+    abort_reason: DisplayLine | None = None
+    profile: ProfileSummary | None = None
+    # in sweeps
+    key: str | None = None
+    round: int | None = None
+    sweep: str | None = None
+    try_: int | None = Field(None, alias="try")
+    # facts the agent reported, present only when they apply
+    dirty: list[str] | None = None
+    locked_by: dict[str, Any] | None = None  # the lock holder's own note (another harness, maybe another version)
+    fetch_missing: list[str] | None = None
+    port_in_use: int | None = None
+    cannot_run: list[DisplayText] | None = None
+    preflight_warnings: list[DisplayText] | None = None
+    arch: str | None = None
+    budget_exceeded: bool | None = None
+    gpu_dirty: dict[str, int] | None = None
+    profile_error: DisplayText | None = None
+    slurm: SlurmJob | None = None  # attempts on a Slurm cluster
+    # written while the attempt ran (`record.partial.json`): the controller ended before the final report
+    provisional: bool | None = None
+
+    def is_final(self) -> bool:
+        """A result: the attempt does not run again on resume. An aborted (or infra-error) attempt is not,
+        unless it was stopped for running past its budget."""
+        return self.status in FINAL_STATUSES or bool(self.budget_exceeded)
+
+    def to_json(self) -> str:
+        given = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        out: dict[str, Any] = {}
+        for name, info in type(self).model_fields.items():
+            key = info.alias or name
+            if key in given:
+                out[key] = given[key]
+            elif name in CORE_FIELDS:
+                value = getattr(self, name)
+                out[key] = (value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                            if isinstance(value, BaseModel) else value)
+        return json.dumps(out, indent=2) + "\n"
+
+
+# ============================================================================ run.json
+
+
+class PlannedEntry(_Strict):
+    key: str
+    experiment: str
+    round: int
+    order: int
+    backend: str | None = None
+    arch: str | None = None
+
+
+class RunInfo(_Strict):
+    """A sweep run's `run.json`: its plan, so a resume runs what has no final record."""
+
+    schema_: int = Field(RUN_SCHEMA, alias="schema")
+    run_id: str
+    sweep: str
+    sweep_file: str
+    created: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    baseline: str | None = None
+    hosts: list[str] = []
+    # What a resume needs besides the hosts (absent in run.json files from before they were recorded):
+    hosts_file: str | None = None  # the inventory the hosts were read from (absolute)
+    patches_dir: str | None = None  # the patch sets the keys were made from (absolute)
+    host_gpus: dict[str, int] = {}  # GPUs asked of hosts without `gpus:` (for the record; keys do not use them)
+    # What the keys were made from (the first call's hosts), so a resume over other hosts keeps them:
+    key_signature: str | None = None
+    key_archs: list[str] | None = None
+    attempts: list[PlannedEntry] = []
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
+
+    def plan_keys(self) -> set[str]:
+        return {a.key for a in self.attempts}
