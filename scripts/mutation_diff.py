@@ -67,6 +67,34 @@ def _digest(node: ast.AST) -> str:
     return hashlib.sha256(ast.dump(node, include_attributes=False).encode()).hexdigest()[:16]
 
 
+class _WhereFromLeftOut(ast.NodeTransformer):
+    """A test's imports keep the names they bind, not the module path: a module moved to another package is
+    the same test (the function under test is fingerprinted on its own)."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        return ast.ImportFrom(module=None, names=node.names, level=0)
+
+    def visit_Import(self, node: ast.Import) -> ast.AST:
+        return ast.Import(names=[ast.alias(name=a.name.rsplit(".", 1)[-1], asname=a.asname) for a in node.names])
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        node = super().generic_visit(node)
+        body = getattr(node, "body", None)
+        if isinstance(body, list):  # a run of imports re-sorted (isort after a move) is the same run
+            out: list[ast.stmt] = []
+            run: list[ast.stmt] = []
+            for stmt in [*body, None]:
+                if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                    run.append(stmt)
+                    continue
+                out += sorted(run, key=ast.dump)
+                run = []
+                if stmt is not None:
+                    out.append(stmt)
+            node.body = out  # type: ignore[attr-defined]
+        return node
+
+
 def function_fingerprint(root: Path, fn: SafetyFunction) -> str | None:
     """The function's syntax-tree fingerprint, or None when the file or the function is gone."""
     try:
@@ -89,7 +117,7 @@ def test_fingerprint(root: Path, test_id: str) -> str | None:
     except (OSError, SyntaxError):
         return None
     node = _find_def(tree, parts[0] if len(parts) > 1 else None, parts[-1])
-    return None if node is None else _digest(node)
+    return None if node is None else _digest(_WhereFromLeftOut().visit(node))
 
 
 def tests_fingerprint(root: Path, test_ids: list[str]) -> str:

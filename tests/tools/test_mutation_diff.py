@@ -103,6 +103,19 @@ def test_a_changed_or_deleted_test_that_reached_a_function_runs_it_again(project
     assert why[REVERT] == "a test that reached it is gone (tests/test_core.py::test_revert_verifies)"
 
 
+def test_a_module_moved_under_a_tests_import_is_not_a_change_but_another_name_is(project):
+    path = project / "tests" / "test_core.py"
+    edit(path, "def test_revert_verifies():\n", "def test_revert_verifies():\n    from pkg.core import Tree\n"
+         "    import pkg.core as core_module\n")
+    report = report_of(project)
+    edit(path, "from pkg.core import Tree", "from pkg.stages.core import Tree")  # the package reorganised
+    edit(path, "import pkg.core as core_module", "import pkg.stages.core as core_module")
+    assert md.changes_since(report, [GUARD, REVERT], project) == []
+    edit(path, "from pkg.stages.core import Tree", "from pkg.stages.core import Tree as OtherTree\n    Tree = 1")
+    assert [(c.function, c.why) for c in md.changes_since(report, [GUARD, REVERT], project)] == \
+        [(REVERT, "a test that reached it changed")]
+
+
 def test_a_new_test_elsewhere_changes_nothing(project):
     report = report_of(project)
     (project / "tests" / "test_core.py").write_text(TESTS + "\n\ndef test_more():\n    assert guard(2) == 2\n")
