@@ -313,12 +313,11 @@ class Sweep(Strict):
         return self
 
 
-def load_sweep(file: Path) -> tuple[Sweep, YamlDoc]:
-    doc = load_yaml(file)
+def sweep_from_doc(doc: YamlDoc) -> Sweep:
     data = doc.data
     if isinstance(data, dict) and "name" not in data:
-        data = {"name": file.stem, **data}
-    return _validate(Sweep, data, doc, what="sweep"), doc
+        data = {"name": doc.file.stem, **data}
+    return _validate(Sweep, data, doc, what="sweep")
 
 
 def file_kind(file: Path) -> str:
@@ -387,7 +386,10 @@ def experiment_from_data(data: Any, doc: YamlDoc, *, default_name: str) -> Exper
 
 
 def load_inventory(file: Path) -> Inventory:
-    doc = load_yaml(file)
+    return inventory_from_doc(load_yaml(file))
+
+
+def inventory_from_doc(doc: YamlDoc) -> Inventory:
     return _validate(Inventory, doc.data, doc, what="host inventory")
 
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from harness.experiments.config import HostConfig
+from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.results.store import ResultsStore, new_run_id
 from harness.run.scheduler import Scheduler, write_run_file
@@ -85,7 +86,7 @@ def local_hosts(tmp_path: Path, archs: dict[str, str]) -> dict[str, HostConfig]:
 def run_sweep(tmp_path, f, hosts, run_id=None, **kw):
     store = ResultsStore(tmp_path / "results")
     run_id = run_id or new_run_id()
-    plan = plan_sweep(f, PATCHES, hosts)
+    plan = plan_sweep(read_sweep_file(f), PATCHES, hosts)
     write_run_file(store, run_id, plan, hosts)
     reporter = Quiet()
     outcome = Scheduler(plan, hosts, store, run_id, reporter=reporter, **kw).run()
@@ -187,11 +188,11 @@ def test_edited_patch_changes_keys_so_resume_does_not_reuse_stale_results(tmp_pa
     (pdir / "p" / "0001.patch").write_text(patch)
     small_base(tmp_path, patches=["p"], server={"port": "auto", "tp": 2, "kv_cache_dtype": "auto"})
     f = sweep_file(tmp_path, name="s", base="base.yaml")
-    first = plan_sweep(f, pdir, hosts)
+    first = plan_sweep(read_sweep_file(f), pdir, hosts)
     (pdir / "p" / "0001.patch").write_text(patch.replace("# No full-pool cast", "# (edited) No full-pool cast"))
-    second = plan_sweep(f, pdir, hosts)
+    second = plan_sweep(read_sweep_file(f), pdir, hosts)
     assert first.attempts[0].key != second.attempts[0].key
-    assert plan_sweep(f, pdir, hosts).attempts[0].key == second.attempts[0].key  # stable otherwise
+    assert plan_sweep(read_sweep_file(f), pdir, hosts).attempts[0].key == second.attempts[0].key  # stable otherwise
 
 
 def test_cli_refuses_unknown_resume_other_sweeps_run_and_unknown_hosts(tmp_path):
@@ -370,7 +371,7 @@ def test_a_resume_on_other_hosts_keeps_the_runs_keys(tmp_path):
     results = tmp_path / "results"
     store = ResultsStore(results)
     run_id = new_run_id()
-    plan = plan_sweep(f, PATCHES, {"a": hosts["a"]})
+    plan = plan_sweep(read_sweep_file(f), PATCHES, {"a": hosts["a"]})
     write_run_file(store, run_id, plan, {"a": hosts["a"]}, hosts_file=inventory, patches_dir=PATCHES)
     base_argv = ["--resume", run_id, "--results-dir", str(results)]
     # The run's host left the inventory and no --hosts: said so, with the file and what to do.
