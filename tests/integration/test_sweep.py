@@ -3,7 +3,10 @@ over real sshd), interrupted and resumed, with infrastructure failures retried a
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
+import os
 import re
 import shlex
 import signal
@@ -535,3 +538,59 @@ def test_a_sweep_with_a_hung_host_and_one_dying_midway_ends_and_a_resume_on_othe
 def store_keys(results: Path, run_id: str) -> set[str]:
     """The plan's keys, from run.json as it is on disk."""
     return {a["key"] for a in json.loads((results / run_id / "run.json").read_text())["attempts"]}
+
+
+class Opens:
+    """How often each of some files is opened, by any code in this process: pathlib's reads and the builtin
+    open() both go through io.open."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *files: Path) -> None:
+        self.counts = {os.path.realpath(f): 0 for f in files}
+        real_open = io.open
+
+        def counting_open(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)):
+                key = os.path.realpath(file)
+                if key in self.counts:
+                    self.counts[key] += 1
+            return real_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(io, "open", counting_open)
+        monkeypatch.setattr(builtins, "open", counting_open)
+
+    def of(self, f: Path) -> int:
+        return self.counts[os.path.realpath(f)]
+
+    def reset(self) -> None:
+        self.counts = dict.fromkeys(self.counts, 0)
+
+
+def test_each_command_reads_the_sweep_the_experiment_and_the_inventory_once(tmp_path, monkeypatch):
+    """`sweep` (new, --dry-run and --resume) and `run` parse what they are given at the door and pass the models
+    inward: the sweep file, its base experiment (expanded twice) and the inventory are each opened once."""
+    from typer.testing import CliRunner
+
+    from harness.cli.app import app
+
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    inventory = write_inventory(tmp_path, hosts)
+    base = small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]})
+    opens = Opens(monkeypatch, f, base, inventory)
+    options = ["--hosts-file", str(inventory), "--results-dir", str(tmp_path / "results"), "--patches-dir",
+               str(PATCHES)]
+    runner = CliRunner()
+
+    def harness_in_process(*argv: str) -> None:
+        opens.reset()
+        result = runner.invoke(app, list(argv) + options)
+        assert result.exit_code == 0, result.output
+
+    for argv in (["sweep", str(f), "--dry-run"], ["sweep", str(f)]):
+        harness_in_process(*argv)
+        assert (opens.of(f), opens.of(base), opens.of(inventory)) == (1, 1, 1), argv
+    run_id = next(p.name for p in (tmp_path / "results").iterdir() if (p / "run.json").exists())
+    harness_in_process("sweep", str(f), "--resume", run_id)
+    assert (opens.of(f), opens.of(base), opens.of(inventory)) == (1, 1, 1), "--resume"
+    harness_in_process("run", str(base))
+    assert (opens.of(f), opens.of(base), opens.of(inventory)) == (0, 1, 1), "run"
