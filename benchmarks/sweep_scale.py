@@ -25,7 +25,8 @@ import yaml  # noqa: E402
 from harness.experiments.files import read_sweep_file  # noqa: E402
 from harness.experiments.plan import plan_sweep  # noqa: E402
 from harness.results.store import ResultsStore, new_run_id  # noqa: E402
-from harness.run.scheduler import Scheduler, write_run_file  # noqa: E402
+from harness.run.runfile import write_run_file  # noqa: E402
+from harness.run.scheduler import Scheduler  # noqa: E402
 from tests.support import netns  # noqa: E402
 
 

@@ -148,8 +148,9 @@ def run_sweep(sweep: SweepFile, patches_dir: Path, hosts: dict[str, HostConfig],
     """Plan the sweep, write its run.json and run it (`hosts_file` and `patches_dir`: recorded for a resume)."""
     from ..experiments.plan import plan_sweep
     from ..hosts.gpus import count_gpus
+    from ..run.runfile import write_run_file
     from ..run.runner import host_status
-    from ..run.scheduler import Scheduler, write_run_file
+    from ..run.scheduler import Scheduler
 
     plan = plan_sweep(sweep, patches_dir, hosts, keyed_on)  # keys from the hosts as configured: stable on resume
     if start_within is not None:  # a limit of this call only: not part of any key or of the run file

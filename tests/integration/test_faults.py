@@ -24,8 +24,9 @@ from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.experiments.resolve import resolve
 from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runfile import write_run_file
 from harness.run.runner import host_status, recover_host, run_attempt
-from harness.run.scheduler import Scheduler, write_run_file
+from harness.run.scheduler import Scheduler
 from harness.sim import init_target
 from tests.conftest import PATCHES, marked_processes, records_on_disk, tree_snapshot, wait_until, write_experiment
 from tests.support import netns

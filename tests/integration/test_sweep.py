@@ -23,7 +23,8 @@ from harness.experiments.config import HostConfig
 from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.results.store import ResultsStore, new_run_id
-from harness.run.scheduler import Scheduler, write_run_file
+from harness.run.runfile import write_run_file
+from harness.run.scheduler import Scheduler
 from harness.sim import init_target
 from tests.conftest import PATCHES, is_final_on_disk, marked_processes, records_on_disk
 from tests.support import netns

@@ -10,7 +10,7 @@ from harness.experiments.config import HostConfig, load_inventory
 from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.hosts.gpus import answer_from_status, apply_answers, count_gpus
-from harness.run.scheduler import why_host_does_not_fit
+from harness.run.placement import why_host_does_not_fit
 from tests.conftest import PATCHES
 
 GPU = {"index": "0", "uuid": "GPU-0", "name": "NVIDIA H200", "compute_cap": "9.0"}

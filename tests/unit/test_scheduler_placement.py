@@ -16,7 +16,8 @@ from harness.experiments.config import HostConfig
 from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.results.store import ResultsStore
-from harness.run.scheduler import DownHost, Scheduler
+from harness.run.health import DownHost
+from harness.run.scheduler import Scheduler
 from tests.conftest import PATCHES
 from tests.support.fake_runner import FakeRunner
 
