@@ -26,8 +26,7 @@ def validate(
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
     from ..agent.target import target_identity
-    from ..experiments.config import file_kind
-    from ..experiments.files import read_sweep_file
+    from ..experiments.files import file_kind, read_sweep_file
     from ..experiments.plan import plan_sweep
 
     with exit_on_errors():

@@ -320,17 +320,6 @@ def sweep_from_doc(doc: YamlDoc) -> Sweep:
     return _validate(Sweep, data, doc, what="sweep")
 
 
-def file_kind(file: Path) -> str:
-    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file."""
-    data = load_yaml(file).data
-    if isinstance(data, dict):
-        if "hosts" in data:
-            return "hosts"
-        if {"matrix", "base", "experiments", "rounds"} & set(data):
-            return "sweep"
-    return "experiment"
-
-
 # --------------------------------------------------------------------------- patchset.yaml
 
 

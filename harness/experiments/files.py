@@ -71,3 +71,14 @@ def read_experiment_file(path: Path) -> ExperimentFile:
 def read_inventory_file(path: Path) -> InventoryFile:
     doc = load_yaml(path)
     return InventoryFile(inventory_from_doc(doc), doc)
+
+
+def file_kind(file: Path) -> str:
+    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file."""
+    data = load_yaml(file).data
+    if isinstance(data, dict):
+        if "hosts" in data:
+            return "hosts"
+        if {"matrix", "base", "experiments", "rounds"} & set(data):
+            return "sweep"
+    return "experiment"
