@@ -32,9 +32,6 @@ from .runner import AttemptOutcome, Reporter, run_attempt
 MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep
 
 
-# ============================================================================ the scheduler
-
-
 @dataclass
 class SweepOutcome:
     run_id: str
@@ -65,7 +62,7 @@ class Scheduler:
                  reporter: SweepReporter, transport_factory: Callable[[str, HostConfig], Transport] = connect,
                  unusable: Mapping[str, str] | None = None, down_after: int = DOWN_AFTER,
                  attempt_runner: Callable[..., AttemptOutcome] = run_attempt, probe: AskStatus | None = None,
-                 reprobe_after: float = REPROBE_AFTER, reprobe_tries: int = REPROBE_TRIES):
+                 reprobe_after: float = REPROBE_AFTER, reprobe_tries: int = REPROBE_TRIES) -> None:
         self.plan = plan
         self.hosts = hosts
         self.unusable = dict(unusable or {})  # host → why this sweep cannot use it (no worker runs there)
