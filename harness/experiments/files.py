@@ -74,7 +74,8 @@ def read_inventory_file(path: Path) -> InventoryFile:
 
 
 def file_kind(file: Path) -> str:
-    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file."""
+    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file (a look for `harness validate`,
+    which then reads the file as its kind)."""
     data = load_yaml(file).data
     if isinstance(data, dict):
         if "hosts" in data:
