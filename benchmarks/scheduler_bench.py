@@ -35,6 +35,7 @@ import yaml  # noqa: E402
 
 from harness.common.protocol import Status  # noqa: E402
 from harness.experiments.config import HostConfig  # noqa: E402
+from harness.experiments.files import read_sweep_file  # noqa: E402
 from harness.experiments.plan import plan_sweep  # noqa: E402
 from harness.results.store import ResultsStore  # noqa: E402
 from harness.run.scheduler import Scheduler  # noqa: E402
@@ -138,7 +139,7 @@ def run_once(args: argparse.Namespace, lines: list[str]) -> int:
                                          "matrix": {"timeouts.ready": list(range(60, 60 + experiments))}}))
         hosts = {f"h{i:02d}": HostConfig(address="local", repo=f"/nonexistent/repo{i}", python="python3", gpus=8,
                                          arch="sm90", retry_after=0) for i in range(args.hosts)}
-        plan = plan_sweep(sweep, ROOT / "patches", hosts)
+        plan = plan_sweep(read_sweep_file(sweep), ROOT / "patches", hosts)
 
         def duration(key: str) -> float:  # deterministic per attempt, uniform in [min, max] ms
             frac = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF

@@ -22,9 +22,11 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from harness.experiments.files import read_sweep_file  # noqa: E402
 from harness.experiments.plan import plan_sweep  # noqa: E402
 from harness.results.store import ResultsStore, new_run_id  # noqa: E402
-from harness.run.scheduler import Scheduler, write_run_file  # noqa: E402
+from harness.run.runfile import write_run_file  # noqa: E402
+from harness.run.scheduler import Scheduler  # noqa: E402
 from tests.support import netns  # noqa: E402
 
 
@@ -54,7 +56,7 @@ def main() -> None:
             "name": "scale", "base": "base.yaml",
             "matrix": {"server.mem_fraction_static": [0.80, 0.82, 0.84, 0.86]}, "rounds": 4}))
         with netns.sim_hosts_in_namespaces(4, tmp, uuid.uuid4().hex[:4]) as hosts:
-            plan = plan_sweep(tmp / "sweep.yaml", ROOT / "patches", hosts)
+            plan = plan_sweep(read_sweep_file(tmp / "sweep.yaml"), ROOT / "patches", hosts)
             store = ResultsStore(tmp / "results")
             run_id = new_run_id()
             write_run_file(store, run_id, plan, hosts)

@@ -86,10 +86,10 @@ SAFETY_CORE = [
     # report markers
     "harness.results.compare.x__apply_baseline__mutmut_*",
     "harness.results.compare.x_lower_is_better__mutmut_*",
-    "harness.results.compare.x_mann_whitney_p__mutmut_*",
-    "harness.results.compare.x__u_counts__mutmut_*",  # the Mann-Whitney test's exact distribution
-    "harness.results.compare.x__exact_sf__mutmut_*",
-    "harness.results.compare.x__normal_sf__mutmut_*",
+    "harness.results.significance.x_mann_whitney_p__mutmut_*",
+    "harness.results.significance.x__u_counts__mutmut_*",  # the Mann-Whitney test's exact distribution
+    "harness.results.significance.x__exact_sf__mutmut_*",
+    "harness.results.significance.x__normal_sf__mutmut_*",
     "harness.results.compare.x_ratio_text__mutmut_*",
     # triage ranking
     "harness.triage.classify.x__sig__mutmut_*",

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import ConfigError
-from ..experiments.config import HostConfig, Inventory, load_inventory
+from ..experiments.config import HostConfig
+from ..experiments.files import InventoryFile, read_inventory_file
 from ..experiments.project import default_results_dir, missing_inventory_hint
 from ..hosts.transport import not_executable
 from ..results.store import ResultsStore
@@ -66,11 +67,11 @@ def exit_on_errors() -> errors_to_exit_codes:
     return errors_to_exit_codes(err, _debug)
 
 
-def read_inventory(path: Path) -> Inventory:
+def read_inventory(path: Path) -> InventoryFile:
     # No hosts.yaml ships (no host works everywhere): say how to make one rather than "file not found".
     if not path.is_file():
         raise ConfigError("no host inventory here", file=path.absolute(), hint=missing_inventory_hint())
-    return load_inventory(path)
+    return read_inventory_file(path)
 
 
 def open_store(results_dir: Path | None, announce: bool, writable: bool = False) -> ResultsStore:
@@ -89,16 +90,15 @@ def results_dir_arg(results_dir: Path | None) -> str:
     return f" --results-dir {results_dir.absolute()}" if results_dir is not None else ""
 
 
-def check_local_python(hosts: dict[str, HostConfig], hosts_path: Path) -> None:
+def check_local_python(hosts: dict[str, HostConfig], inventory: InventoryFile) -> None:
     """A local host's `python:` that is a folder or not executable: a configuration error naming the file, the
     line and the host, before anything runs (a remote one's is the host's to say, at connect)."""
     for name, host in hosts.items():
         why = not_executable(host.python) if host.is_local else None
         if why:
-            from ..experiments.yamlsrc import load_yaml
-
-            line = load_yaml(hosts_path).line_of(("hosts", name, "python"))
-            raise ConfigError(f"host {name!r}: `python: {host.python}` {why}", file=hosts_path.absolute(), line=line,
+            line = inventory.doc.line_of(("hosts", name, "python"))
+            raise ConfigError(f"host {name!r}: `python: {host.python}` {why}", file=inventory.path.absolute(),
+                              line=line,
                               hint="set `python:` to the path of the Python 3 that runs the target (e.g. its "
                                    ".venv/bin/python)")
 

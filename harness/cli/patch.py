@@ -26,7 +26,7 @@ def validate(
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
     from ..agent.target import target_identity
-    from ..experiments.config import file_kind
+    from ..experiments.files import file_kind, read_sweep_file
     from ..experiments.plan import plan_sweep
 
     with exit_on_errors():
@@ -42,7 +42,7 @@ def validate(
                 if kind == "hosts":
                     load_inventory(f)
                 elif kind == "sweep":
-                    for a in plan_sweep(f, pdir, {}).attempts:
+                    for a in plan_sweep(read_sweep_file(f), pdir, {}).attempts:
                         patch_sets.update({s.name: s for s in a.resolved.patch_sets})
                 else:
                     r = resolve(load_experiment(f), f, pdir)

@@ -16,7 +16,7 @@ from ..common.protocol import Status
 from ..results.schemas import Record
 
 if TYPE_CHECKING:
-    from ..run.scheduler import DownHost
+    from ..run.health import DownHost
 
 P = TypeVar("P", bound="AttemptProgress")
 

@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from ..common.protocol import Status
 from ..errors import EXIT_HOST, EXIT_INTERRUPTED, ConfigError
-from ..experiments.config import HostConfig, load_experiment
+from ..experiments.config import HostConfig
+from ..experiments.files import SweepFile, read_experiment_file
 from ..experiments.project import default_hosts_file, default_patches_dir
 from ..experiments.resolve import resolve
 from ..results.schemas import RunInfo
@@ -45,12 +46,12 @@ def run(
 ) -> None:
     """Run one experiment on one host: patch, launch, wait, benchmark, stop, revert, record."""
     with exit_on_errors():
-        exp = load_experiment(experiment)
-        resolved = resolve(exp, experiment, patches_dir or default_patches_dir(experiment))
+        exp = read_experiment_file(experiment)
+        resolved = resolve(exp.experiment, experiment, patches_dir or default_patches_dir(experiment), doc=exp.doc)
         hosts_path = hosts_file or default_hosts_file(experiment)
         inventory = read_inventory(hosts_path)
         name, host_cfg = pick_host(inventory.hosts, host, hosts_path)
-        check_local_python({name: host_cfg}, hosts_path)
+        check_local_python({name: host_cfg}, inventory)
         store = open_store(results_dir, announce=True, writable=True)
         run_id = new_run_id()
         with AttemptProgress(out) as progress:
@@ -74,7 +75,7 @@ def sweep(
         "sweep's budget.sweep): those in flight finish, the rest waits for --resume. For a window that ends."),
 ) -> None:
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
-    from ..experiments.config import load_sweep
+    from ..experiments.files import read_sweep_file
     from ..experiments.plan import plan_sweep
     from ..run.resume import parse_host_list, recorded_path, resume_command, run_key_basis, sweep_host_names
 
@@ -86,8 +87,8 @@ def sweep(
             patches_dir = recorded_path(patches_dir, run.patches_dir, "patch sets", run.run_id)
         hosts_path = hosts_file or default_hosts_file(sweep_file)
         inventory = read_inventory(hosts_path)
-        sweep_cfg, _ = load_sweep(sweep_file)
-        names = sweep_host_names(parse_host_list(hosts_opt), sweep_cfg.hosts, inventory.hosts, hosts_path, run)
+        parsed = read_sweep_file(sweep_file)  # the one read of it: what follows takes the model
+        names = sweep_host_names(parse_host_list(hosts_opt), parsed.sweep.hosts, inventory.hosts, hosts_path, run)
         hosts = {n: inventory.hosts[n] for n in names}
         # A resume keys as the run was planned, whatever hosts it runs on now: finished work is not redone.
         keyed_on = run_key_basis(run, inventory.hosts, hosts_path) if run is not None else None
@@ -96,10 +97,10 @@ def sweep(
         pdir = patches_dir or default_patches_dir(sweep_file)
         run_id = run.run_id if run is not None else new_run_id()
         if dry_run:
-            plan = plan_sweep(sweep_file, pdir, hosts, keyed_on)
+            plan = plan_sweep(parsed, pdir, hosts, keyed_on)
             views.show_plan(out, plan, hosts)
             return
-        outcome = run_sweep(sweep_file, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within,
+        outcome = run_sweep(parsed, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within,
                             keyed_on=keyed_on)
         if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
             views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
@@ -141,15 +142,17 @@ def resumed_run(store: ResultsStore, run_id: str, sweep_file: Path) -> RunInfo:
     return run
 
 
-def run_sweep(sweep_file: Path, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
-               run_id: str, hosts_file: Path | None = None, start_within: float | None = None,
-               keyed_on: tuple[str, tuple[str, ...]] | None = None) -> SweepOutcome:
+def run_sweep(sweep: SweepFile, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
+              run_id: str, hosts_file: Path | None = None, start_within: float | None = None,
+              keyed_on: tuple[str, tuple[str, ...]] | None = None) -> SweepOutcome:
+    """Plan the sweep, write its run.json and run it (`hosts_file` and `patches_dir`: recorded for a resume)."""
     from ..experiments.plan import plan_sweep
     from ..hosts.gpus import count_gpus
+    from ..run.runfile import write_run_file
     from ..run.runner import host_status
-    from ..run.scheduler import Scheduler, write_run_file
+    from ..run.scheduler import Scheduler
 
-    plan = plan_sweep(sweep_file, patches_dir, hosts, keyed_on)  # keys from the hosts as configured: stable on resume
+    plan = plan_sweep(sweep, patches_dir, hosts, keyed_on)  # keys from the hosts as configured: stable on resume
     if start_within is not None:  # a limit of this call only: not part of any key or of the run file
         plan = dataclasses.replace(plan, budget=plan.budget.model_copy(update={"sweep": start_within}))
     with store.lock_run(run_id):

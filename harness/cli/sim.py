@@ -11,6 +11,7 @@ import typer
 from ..common.protocol import Status
 from ..errors import EXIT_INTERRUPTED, ConfigError
 from ..experiments.config import HostConfig
+from ..experiments.files import read_sweep_file
 from ..experiments.project import bundled_dir
 from ..results.store import new_run_id
 from . import views
@@ -65,7 +66,7 @@ def demo(
             out.print(f"two simulated SGLang targets: {', '.join(f'{n} ({h.arch})' for n, h in hosts.items())}; "
                       f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
             store = open_store(results_dir, announce=True, writable=True)
-            outcome = run_sweep(sweep_file, patches_dir, hosts, store, new_run_id())
+            outcome = run_sweep(read_sweep_file(sweep_file), patches_dir, hosts, store, new_run_id())
         views.show_comparison(out, [(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
                           plot_file=None)
         out.print(f"\nrecords: {store.run_path(outcome.run_id)}   (harness compare {outcome.run_id}"

@@ -23,7 +23,7 @@ from ..safetext import display_line, display_lines
 
 
 def show_plan(out: Console, plan: Plan, hosts: dict[str, HostConfig]) -> None:
-    from ..run.scheduler import why_host_does_not_fit
+    from ..run.placement import why_host_does_not_fit
 
     table = Table(title=f"plan of sweep {plan.name} ({len(plan.attempts)} attempts)", title_justify="left")
     for col in ("#", "round", "experiment", "backend", "patch sets", "hosts that fit", "key"):

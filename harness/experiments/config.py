@@ -313,23 +313,11 @@ class Sweep(Strict):
         return self
 
 
-def load_sweep(file: Path) -> tuple[Sweep, YamlDoc]:
-    doc = load_yaml(file)
+def sweep_from_doc(doc: YamlDoc) -> Sweep:
     data = doc.data
     if isinstance(data, dict) and "name" not in data:
-        data = {"name": file.stem, **data}
-    return _validate(Sweep, data, doc, what="sweep"), doc
-
-
-def file_kind(file: Path) -> str:
-    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file."""
-    data = load_yaml(file).data
-    if isinstance(data, dict):
-        if "hosts" in data:
-            return "hosts"
-        if {"matrix", "base", "experiments", "rounds"} & set(data):
-            return "sweep"
-    return "experiment"
+        data = {"name": doc.file.stem, **data}
+    return _validate(Sweep, data, doc, what="sweep")
 
 
 # --------------------------------------------------------------------------- patchset.yaml
@@ -387,7 +375,10 @@ def experiment_from_data(data: Any, doc: YamlDoc, *, default_name: str) -> Exper
 
 
 def load_inventory(file: Path) -> Inventory:
-    doc = load_yaml(file)
+    return inventory_from_doc(load_yaml(file))
+
+
+def inventory_from_doc(doc: YamlDoc) -> Inventory:
     return _validate(Inventory, doc.data, doc, what="host inventory")
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import ConfigError
-from .config import Budget, Experiment, HostConfig, Sweep, experiment_from_data, load_experiment, load_sweep
+from .config import Budget, Experiment, HostConfig, Sweep, experiment_from_data
+from .files import ExperimentFile, SweepFile, read_experiment_file
 from .resolve import Resolved, resolve
 from .yamlsrc import YamlDoc, load_yaml
 
@@ -78,13 +79,14 @@ def content_key(r: Resolved, round_no: int, hosts_sig: str) -> str:
     return h.hexdigest()[:20]
 
 
-def plan_sweep(file: Path, patches_dir: Path, hosts: dict[str, HostConfig],
+def plan_sweep(source: SweepFile, patches_dir: Path, hosts: dict[str, HostConfig],
                keyed_on: tuple[str, tuple[str, ...]] | None = None) -> Plan:
     """The sweep's attempts, keyed from `hosts` — or, on a resume, from `keyed_on` (the run's own host signature
-    and archs, from its run.json), so the keys do not change with the hosts it resumes on."""
-    sweep, doc = load_sweep(file)
+    and archs, from its run.json), so the keys do not change with the hosts it resumes on. The experiment files
+    it names are read here, once each."""
+    sweep, doc, file = source.sweep, source.doc, source.path
     experiments = expand(sweep, doc, file)
-    resolved = [resolve(exp, src, patches_dir) for exp, src in experiments]
+    resolved = [resolve(e.experiment, e.path, patches_dir, doc=e.doc) for e in experiments]
     names = [r.name for r in resolved]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -115,13 +117,13 @@ def interleave(items: list[Any], rounds: int) -> list[tuple[int, Any]]:
     return [(rnd, item) for rnd in range(1, rounds + 1) for item in items]
 
 
-def expand(sweep: Sweep, doc: YamlDoc, file: Path) -> list[tuple[Experiment, Path]]:
-    out: list[tuple[Experiment, Path]] = []
+def expand(sweep: Sweep, doc: YamlDoc, file: Path) -> list[ExperimentFile]:
+    out: list[ExperimentFile] = []
     for i, rel in enumerate(sweep.experiments):
         path = (file.parent / rel).resolve()
         if not path.is_file():
             raise ConfigError(f"experiment file {rel!r} not found", file=file, line=doc.line_of(("experiments", i)))
-        out.append((load_experiment(path), path))
+        out.append(read_experiment_file(path))
     if sweep.base is None:
         return out
     base_file = (file.parent / sweep.base).resolve()
@@ -133,14 +135,14 @@ def expand(sweep: Sweep, doc: YamlDoc, file: Path) -> list[tuple[Experiment, Pat
     base = experiment_from_data(base_doc.data, base_doc, default_name=base_file.stem)  # the base itself is valid
     axes = list(sweep.matrix.items())
     if not axes:
-        return out + [(base, base_file)]
+        return out + [ExperimentFile(base, base_doc)]
     for combo in itertools.product(*(values for _, values in axes)):
         data = copy.deepcopy(base_doc.data)
         for (axis, _), value in zip(axes, combo):
             _set_path(data, axis, value, file, doc)
         data["name"] = _combo_name(sweep.name, combo)
         try:
-            out.append((Experiment.model_validate(data), base_file))
+            out.append(ExperimentFile(Experiment.model_validate(data), base_doc))  # its errors: the base's lines
         except ValidationError as exc:
             raise _axis_error(exc, axes, combo, file, doc) from None
     return out

@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from .backends import REGISTRY, Backend
 from .config import Experiment
 from .patchsets import PatchSet, load_patch_set
-from .yamlsrc import load_yaml
+from .yamlsrc import YamlDoc, load_yaml
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,11 @@ class Resolved:
         return self.experiment.server.attention_backend
 
 
-def resolve(exp: Experiment, file: Path, patches_dir: Path) -> Resolved:
-    """`exp` (read from `file`, which need not exist) with its backend and patch sets; errors name the line."""
-    doc = load_yaml(file) if file.exists() else None
+def resolve(exp: Experiment, file: Path, patches_dir: Path, *, doc: YamlDoc | None = None) -> Resolved:
+    """`exp` (read from `file`, which need not exist) with its backend and patch sets; errors name the line:
+    from `doc`, the YAML `exp` was read from, when the caller has it (else `file` is read for them)."""
+    if doc is None and file.exists():
+        doc = load_yaml(file)
 
     def line(*path: str | int) -> int | None:
         return doc.line_of(path) if doc else None

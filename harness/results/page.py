@@ -27,7 +27,7 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import compare, outdir, plots
+from . import compare, outdir, plots, significance
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
@@ -194,7 +194,7 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
             if min(ca.n, cb.n) < compare.MIN_SAMPLES:
                 cell.verdict = "few"
             else:
-                cell.p_value = compare.mann_whitney_p(cb.samples, ca.samples)
+                cell.p_value = significance.mann_whitney_p(cb.samples, ca.samples)
                 better = ratio < 1 if compare.lower_is_better(metric) else ratio > 1
                 cell.verdict = ("same" if cell.p_value >= compare.ALPHA or ratio == 1
                                 else "better" if better else "worse")

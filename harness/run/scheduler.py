@@ -2,13 +2,10 @@
 first host that fits them, infrastructure failures retried (later, or elsewhere), deterministic outcomes
 never retried, and `results/<run-id>/run.json` kept so an interrupted sweep resumes where it stopped.
 
-A host that fails `down_after` times in a row (unreachable, link lost, agent gone) is DOWN: no more work goes
-to it. Given a `probe` (the status/GPU question asked of hosts before a sweep), a down host is asked again after
-`reprobe_after` seconds, then twice that, ... up to REPROBE_MAX; an answer brings it back (its worker takes work
-again), and after `reprobe_tries` failed probes in a row it is down for the rest of the sweep. Its worker
-re-probes only while the sweep budget lasts and some attempt not yet ended could run on it; what only down
-hosts could run is left for a resume — so a sweep always ends, and a dead host costs it at most its probes'
-backoff (30 + 60 + 120 s by default), never the budget."""
+A host that fails again and again is DOWN (health.py: when, and when it is probed again). Given a `probe` (the
+status/GPU question asked of hosts before a sweep), a down host's worker re-probes it, only while the sweep
+budget lasts and some attempt not yet ended could run on it; an answer brings it back (its worker takes work
+again). What only down hosts could run is left for a resume — so a sweep always ends."""
 
 from __future__ import annotations
 
@@ -17,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from ..common.protocol import Status
@@ -27,61 +23,13 @@ from ..experiments.plan import Plan, PlannedAttempt
 from ..hosts.gpus import AskStatus, ask_host
 from ..hosts.targets import connect
 from ..hosts.transport import Transport
-from ..results.schemas import PlannedEntry, Record, RunInfo, SweepAttempt
+from ..results.schemas import Record, SweepAttempt
 from ..results.store import ResultsStore, load_record
+from .health import DOWN_AFTER, REPROBE_AFTER, REPROBE_TRIES, DownHost, HostHealth
+from .placement import Placement
 from .runner import AttemptOutcome, Reporter, run_attempt
 
 MAX_INFRA_TRIES = 2  # an attempt hit by infrastructure failures runs at most this many times per sweep
-DOWN_AFTER = 2  # infrastructure failures in a row after which a host is down for the rest of the sweep
-# (failures on a host that is then down are the host's: they do not count against the attempt's tries)
-REPROBE_AFTER = 30.0  # seconds from a host going down to its first re-probe; each failed probe doubles it...
-REPROBE_MAX = 600.0  # ...up to this
-REPROBE_TRIES = 3  # failed re-probes in a row after which a down host is down for the rest of the sweep
-
-
-def why_host_does_not_fit(a: PlannedAttempt, host: HostConfig) -> str | None:
-    """Pure: the reason this host cannot take the attempt, or None. Arch (and, before a sweep asks the host,
-    the GPU count) is only known when the inventory says it; otherwise the agent checks on the host (nvidia-smi)."""
-    exp = a.resolved.experiment
-    if a.arch and host.arch != a.arch:
-        return f"this run of the baseline is for {a.arch} hosts"
-    if host.gpus is not None and exp.gpus_needed > host.gpus:
-        return f"needs {exp.gpus_needed} GPUs, has {host.gpus}"
-    backend = a.resolved.backend
-    if backend and not backend.fits_arch(host.arch) and exp.expect != "crash":
-        return f"backend {backend.name} needs {'/'.join(backend.archs or ())}, host is {host.arch}"
-    return None
-
-
-# ============================================================================ run.json
-
-
-def write_run_file(store: ResultsStore, run_id: str, plan: Plan, hosts: Mapping[str, HostConfig], *,
-                   hosts_file: Path | None = None, patches_dir: Path | None = None,
-                   host_gpus: Mapping[str, int] | None = None) -> Path:
-    """The run's plan and what `--resume` needs to plan it again alike (its hosts, their inventory, the
-    patch sets), so a resume runs what has no final record (replaced on resume: the newest plan counts)."""
-    return store.write_run(RunInfo(
-        run_id=run_id, sweep=plan.name, sweep_file=str(plan.file.resolve()), baseline=plan.baseline,
-        hosts=sorted(hosts), hosts_file=str(hosts_file.resolve()) if hosts_file else None,
-        patches_dir=str(patches_dir.resolve()) if patches_dir else None, host_gpus=dict(host_gpus or {}),
-        key_signature=plan.key_signature or None, key_archs=list(plan.key_archs),
-        attempts=[PlannedEntry(key=a.key, experiment=a.name, round=a.round, order=a.order,
-                               backend=a.resolved.backend_name, arch=a.arch) for a in plan.attempts]))
-
-
-# ============================================================================ the scheduler
-
-
-@dataclass(frozen=True)
-class DownHost:
-    """A host this sweep stopped using: why, and since when (wall clock)."""
-
-    reason: str
-    since: float
-
-    def describe(self, name: str) -> str:
-        return f"{name} down since {time.strftime('%H:%M', time.localtime(self.since))}: {self.reason}"
 
 
 @dataclass
@@ -114,7 +62,7 @@ class Scheduler:
                  reporter: SweepReporter, transport_factory: Callable[[str, HostConfig], Transport] = connect,
                  unusable: Mapping[str, str] | None = None, down_after: int = DOWN_AFTER,
                  attempt_runner: Callable[..., AttemptOutcome] = run_attempt, probe: AskStatus | None = None,
-                 reprobe_after: float = REPROBE_AFTER, reprobe_tries: int = REPROBE_TRIES):
+                 reprobe_after: float = REPROBE_AFTER, reprobe_tries: int = REPROBE_TRIES) -> None:
         self.plan = plan
         self.hosts = hosts
         self.unusable = dict(unusable or {})  # host → why this sweep cannot use it (no worker runs there)
@@ -132,27 +80,20 @@ class Scheduler:
         self._avoid: dict[str, set[str]] = {}  # key → hosts where it hit an infrastructure failure
         self._host_cool_until: dict[str, float] = {}
         self._durations: list[float] = []
-        self._kind: dict[str, str] = {}  # experiment → the GPU arch its rounds run on (only a KNOWN arch pins)
         self._alive: set[str] = set()
-        self.down_after = max(1, down_after)
-        self._fails_in_row: dict[str, int] = {}  # host → infrastructure failures since its last good attempt
-        self._fit: dict[tuple[str, str], str | None] = {}  # (key, host) → why_host_does_not_fit, memoised
+        self.placement = Placement(hosts, plan.key_archs)
         self._failed = 0  # final records that are not ok, from before (resume) and of outcome.done[:_failed_upto]
         self._failed_upto = 0
         self._workers_done = threading.Event()
         self._live_workers = 0
         self.outcome = SweepOutcome(run_id)
+        self.health = HostHealth(self.outcome.down, down_after=down_after, reprobe_after=reprobe_after,
+                                 reprobe_tries=reprobe_tries)
         self.down = self.outcome.down  # host → why and since when this sweep stopped using it
         self._workers = self._worker_hosts()
         self._live: set[str] | None = None  # cache of _live_hosts(), valid while its stamp is _live_down's
         self._live_down = (0, 0)
-        self._down_changes = 0  # hosts gone down or come back so far
         self.probe = probe  # None: a down host stays down for the rest of the sweep
-        self.reprobe_after = reprobe_after
-        self.reprobe_tries = max(1, reprobe_tries)
-        self._probe_due: dict[str, float] = {}  # down host → when (monotonic) it is probed next
-        self._probe_fails: dict[str, int] = {}  # down host → re-probes failed in a row
-        self._given_up: set[str] = set()  # down hosts no longer probed: down for the rest of the sweep
         self._work_s = 0.0  # sum of _durations, kept as they come (the totals are reported after every attempt)
 
     # ------------------------------------------------------------------ public
@@ -216,51 +157,24 @@ class Scheduler:
 
     def _refuse_unplaceable(self) -> None:
         """An attempt no host can take is a deterministic outcome: record it, do not wait for it. One that
-        only a host unusable for this sweep (or down) might take is no outcome: it is left, to run on resume —
-        unless its backend runs on no arch known here and only hosts of unknown arch, all out of use, remain:
-        that is refused (a host's unknown arch is no reason to wait for it)."""
+        only a host unusable for this sweep (or down) might take is no outcome: it is left, to run on resume
+        (Placement.without_live_host says which)."""
         live = self._live_hosts()
         out = {n: self.unusable.get(n) or (self.down[n].reason if n in self.down else "no worker of its own")
                for n in self.hosts if n not in live}
         for a in list(self._pending):
-            if any(self._why(a, n) is None for n in live):
-                continue  # the common case, and cheap: a live host can take it
-            reasons = {n: self._why(a, n) for n in self.hosts}
-            if all(reasons.values()) and self._another_kind_could(a):
-                self._pending.remove(a)
+            fate = self.placement.without_live_host(a, live, out)
+            if fate is None:
+                continue
+            self._pending.remove(a)
+            if fate.refused:
+                self._record_unplaceable(a, fate.reasons)
+            else:
                 self._stranded.append(a)
-            elif all(reasons.values()):
-                self._pending.remove(a)
-                self._record_unplaceable(a, reasons)
-            elif all(reasons[n] or n in out for n in self.hosts):
-                self._pending.remove(a)
-                backend = a.resolved.backend
-                only_unknown = all(reasons[n] or self.hosts[n].arch is None for n in self.hosts)
-                if backend is not None and backend.archs and only_unknown:
-                    self._record_unplaceable(a, {n: r or f"arch unknown and not in use: {out[n]}"
-                                                 for n, r in reasons.items()})
-                else:
-                    self._stranded.append(a)
-
-    def _another_kind_could(self, a: PlannedAttempt) -> bool:
-        """On a resume over other hosts: a GPU arch the run was planned with that none of these hosts has might
-        run it — no outcome, left for a resume there (a new run's plan has no such arch)."""
-        missing = set(self.plan.key_archs) - {h.arch for h in self.hosts.values()}
-        backend = a.resolved.backend
-        if a.arch:
-            return a.arch in missing
-        return backend is not None and bool(backend.archs) and any(backend.fits_arch(x) for x in missing)
-
-    def _why(self, a: PlannedAttempt, host: str) -> str | None:
-        """`why_host_does_not_fit`, memoised: the answer for a key and a host does not change in a sweep."""
-        k = (a.key, host)
-        if k not in self._fit:
-            self._fit[k] = why_host_does_not_fit(a, self.hosts[host])
-        return self._fit[k]
 
     def _live_hosts(self) -> set[str]:
         """Called with the lock held: the hosts with a worker that are not down."""
-        stamp = (self._down_changes, len(self.down))  # recomputed only when a host went down or came back
+        stamp = (self.health.changes, len(self.down))  # recomputed only when a host went down or came back
         if self._live is None or stamp != self._live_down:
             self._live = {self._host_of(w) for w in self._workers} - set(self.down)
             self._live_down = stamp
@@ -283,35 +197,13 @@ class Scheduler:
         host = self._host_of(worker)
         if host in self.down or time.monotonic() < self._host_cool_until.get(host, 0.0):
             return None
-        live = self._live_hosts()
-        for a in self._pending:
-            if self._why(a, host) is not None or not self._kind_allows(a, host, live):
-                continue
-            avoid = self._avoid.get(a.key, set())
-            if host in avoid and any(n != host and n not in avoid and self._why(a, n) is None for n in live):
-                continue  # it failed here for infrastructure reasons: let another host try first
-            return a
-        return None
-
-    def _kind_allows(self, a: PlannedAttempt, host: str, live: set[str]) -> bool:
-        """Keep an experiment's rounds on one kind of GPU, so its samples pool: another kind (or a host of
-        unknown arch) takes them only when no live host of the experiment's kind could."""
-        kind = None if a.arch else self._kind.get(a.name)
-        if kind is None or self.hosts[host].arch == kind:
-            return True
-        return not any(self.hosts[n].arch == kind and self._why(a, n) is None for n in live)
+        return self.placement.first_for(self._pending, host, self._live_hosts(), self._avoid)
 
     def _took(self, a: PlannedAttempt, host: str) -> None:
-        """Called with the lock held: the experiment's kind of GPU is the KNOWN arch of the host that took it
-        (a host of unknown arch pins nothing); a move to another kind is said."""
-        arch = self.hosts[host].arch
-        kind = self._kind.get(a.name)
-        if a.arch or arch is None or arch == kind:
-            return
-        if kind is not None:
-            self.reporter.note(f"{a.name} r{a.round}", f"moves from {kind} to {arch} ({host}): no live {kind} "
-                                                       f"host can take it; later rounds stay on {arch}")
-        self._kind[a.name] = arch
+        """Called with the lock held: `host` took `a` (which may pin, or move, its experiment's kind of GPU)."""
+        move = self.placement.took(a, host)
+        if move is not None:
+            self.reporter.note(f"{a.name} r{a.round}", move)
 
     def _budget_spent(self) -> bool:
         b = self.plan.budget.sweep
@@ -374,11 +266,11 @@ class Scheduler:
             with self._cv:
                 while True:
                     if (self.cancel.is_set() or self._budget_spent() or self.probe is None
-                            or host in self._given_up or not self._could_use(host)):
+                            or self.health.given_up(host) or not self._could_use(host)):
                         return False
                     if host not in self.down:
                         return True
-                    wait = self._probe_due[host] - time.monotonic()
+                    wait = self.health.probe_wait(host, time.monotonic())
                     if worker == host and wait <= 0:
                         break
                     self._cv.wait(min(wait, 1.0) if wait > 0 else 1.0)  # woken early by any attempt's end
@@ -390,32 +282,19 @@ class Scheduler:
         """Called with the lock held: an attempt not yet ended might run on the host (a running one may come
         back for a retry). Stops at the first: in the common case that is the first pending one."""
         for a in itertools.chain(self._pending, self._stranded, self._running.values()):
-            if self._why(a, host) is None:
+            if self.placement.why(a, host) is None:
                 return True
         return False
 
     def _probe_answered(self, host: str, answer: int | str) -> None:
         """Called with the lock held: a probe's answer (a GPU count, or why the host could not say)."""
-        if isinstance(answer, int):
-            del self.down[host]
-            self._down_changes += 1
-            self._fails_in_row[host] = 0
+        if self.health.probe_answered(host, answer, now=time.monotonic()):
             self._host_cool_until.pop(host, None)
-            self._probe_fails.pop(host, None)
             self.outcome.back[host] = time.time()
             self._pending += sorted(self._stranded, key=lambda a: a.order)  # what waited for it: placed again
             self._stranded = []
             self._refuse_unplaceable()
             self.reporter.host_up(host, self.outcome.back[host])
-        else:
-            fails = self._probe_fails[host] = self._probe_fails.get(host, 0) + 1
-            first = answer.strip().splitlines()[0] if answer.strip() else "no answer"
-            if fails >= self.reprobe_tries:
-                self._given_up.add(host)
-                d = self.down[host]
-                self.down[host] = DownHost(f"{d.reason}; {fails} re-probes failed, the last: {first}", d.since)
-            else:
-                self._probe_due[host] = time.monotonic() + min(self.reprobe_after * 2 ** fails, REPROBE_MAX)
         self._cv.notify_all()
 
     def _run_one(self, worker: str, a: PlannedAttempt) -> None:
@@ -455,7 +334,7 @@ class Scheduler:
                 self._avoid.setdefault(a.key, set()).add(host)
                 self._host_failed(host, reason or (record.error if record and record.error else "infra-error"))
             else:
-                self._fails_in_row[host] = 0
+                self.health.succeeded(host)
             if infra and self._may_retry(a):
                 self._host_cool_until[host] = time.monotonic() + self.hosts[host].retry_after
                 self._pending.insert(0, a)  # retried first, later or on another host
@@ -478,21 +357,15 @@ class Scheduler:
         charged = self._tries[a.key] - len(avoid & set(self.down))
         if charged < MAX_INFRA_TRIES:
             return True
-        healthy = [n for n in self._live_hosts() - avoid if not self._fails_in_row.get(n) and self._why(a, n) is None]
+        healthy = [n for n in self._live_hosts() - avoid
+                   if not self.health.has_failures_in_row(n) and self.placement.why(a, n) is None]
         return charged < 2 * MAX_INFRA_TRIES and bool(healthy)
 
     def _host_failed(self, host: str, reason: str) -> None:
-        """Called with the lock held: one more infrastructure failure in a row; at `down_after` the host is down."""
-        self._fails_in_row[host] = self._fails_in_row.get(host, 0) + 1
-        if self._fails_in_row[host] < self.down_after or host in self.down:
-            return
-        first = reason.strip().splitlines()[0] if reason.strip() else "infra-error"
-        down = DownHost(f"{first} ({self._fails_in_row[host]} failures in a row)", time.time())
-        self.down[host] = down
-        self._down_changes += 1
-        self._probe_due[host] = time.monotonic() + min(self.reprobe_after, REPROBE_MAX)
-        self._probe_fails[host] = 0
-        self.reporter.host_down(host, down)
+        """Called with the lock held: one more infrastructure failure in a row; it may take the host down."""
+        down = self.health.failed(host, reason, now=time.monotonic(), wall=time.time())
+        if down is not None:
+            self.reporter.host_down(host, down)
 
     def _latest_record(self, a: PlannedAttempt) -> Record | None:
         """The attempt's newest record: read from its experiment's folder only (not the whole run's, which

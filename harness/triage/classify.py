@@ -10,7 +10,7 @@ Given the log (text, lines or a file) and optionally the exit code, return a `Ve
   warmup, serving (or unknown when a cut log gives no clue)
 * `hint`     — one actionable sentence
 
-How it reads a log: every line is stripped of what real logs wrap around SGLang's messages (docker
+How it reads a log (logtext.py): every line is stripped of what real logs wrap around SGLang's messages (docker
 timestamps, `[2025-… TP3]`, Ray's `(EngineCore pid=…)`, ANSI colours, tqdm redraws after `\\r`).
 Signatures are ranked: root causes (an unsupported arch, a missing build tool, a failed JIT build, OOM, an
 illegal memory access) beat their consequences (NCCL aborts, generic exceptions, the launcher's sigquit
@@ -28,7 +28,6 @@ chunks and only candidate lines are parsed; the state is the best match, the pha
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,22 +36,19 @@ from ..safetext import display_line
 from .hints import HINTS
 from .hints import crash_hint as _hint  # Triage.verdict's name for it
 from .hints import hang_hint as hang_hint
+from .logtext import clean_line, iter_file_chunks, line_starts
+from .logtext import iter_file_lines as iter_file_lines  # where callers of the triage have found it
 from .signatures import (
     BARE_RANK,
     EXCEPTION_LINE,
     FATAL_PATTERNS,
-    LINE_PREFIX_PATTERN,
     READY_LINE,
     SIGNATURE_TABLE,
 )
 from .signatures import CATEGORIES as CATEGORIES
+from .signatures import LINE_PREFIX_PATTERN as LINE_PREFIX_PATTERN
 from .signatures import PHASES as PHASES
 from .signatures import READY_PATTERN as READY_PATTERN
-
-_PREFIX = re.compile(LINE_PREFIX_PATTERN)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-# Ray's log deduplication appends this to a line that several workers printed.
-_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
 
 @dataclass(frozen=True)
@@ -175,19 +171,6 @@ CLUE_ANCHORS = ('File "', "Captur", "Load", "KV Cache", "server socket", "Server
 _FATAL = [re.compile(p) for p in FATAL_PATTERNS]
 
 
-def _line_starts(body: str, anchors: Iterable[str]) -> set[int]:
-    """Where the lines of `body` (which ends with a newline) that hold any of `anchors` start."""
-    starts: set[int] = set()
-    for anchor in anchors:
-        i = body.find(anchor)
-        while i >= 0:
-            starts.add(body.rfind("\n", 0, i) + 1)
-            i = body.find(anchor, body.find("\n", i) + 1)  # body ends with "\n": always found
-    return starts
-
-
-
-
 @dataclass(frozen=True)
 class Verdict:
     verdict: str  # ready | crash | incomplete
@@ -198,18 +181,6 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def clean_line(raw: str) -> str:
-    """SGLang's message alone: tqdm redraws collapsed, colours and container/rank prefixes removed."""
-    line = raw.rstrip("\n").rstrip("\r")
-    if "\r" in line:
-        line = line.rsplit("\r", 1)[-1]
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    if "[repeated " in line:
-        line = _RAY_REPEAT.sub("", line)
-    return _PREFIX.sub("", line.lstrip(), count=1).strip()
 
 
 class Triage:
@@ -261,13 +232,13 @@ class Triage:
         self._partial = text[cut + 1:][-65536:]
         body = text[: cut + 1]
         anchors = self._anchors()
-        starts = _line_starts(body, [a for a in anchors if a not in ERROR_ANCHORS])
-        errors = _line_starts(body, ERROR_ANCHORS)
+        starts = line_starts(body, [a for a in anchors if a not in ERROR_ANCHORS])
+        errors = line_starts(body, ERROR_ANCHORS)
         if errors:
             tail, self._tail = self._tail, ""
-            for line_start in sorted(_line_starts(tail, CONTEXT_ANCHORS)):
+            for line_start in sorted(line_starts(tail, CONTEXT_ANCHORS)):
                 self._line(tail[line_start:tail.find("\n", line_start)])
-            starts |= errors | _line_starts(body, CONTEXT_ANCHORS)
+            starts |= errors | line_starts(body, CONTEXT_ANCHORS)
         else:  # keep the end of the text read since the last look (line-aligned: bodies end with a newline)
             tail = body if len(body) >= CONTEXT_TAIL else self._tail + body
             if len(tail) > CONTEXT_TAIL:
@@ -369,34 +340,6 @@ def triage_text(text: str, exit_code: int | None = None) -> Verdict:
     t = Triage()
     t.feed_text(text if text.endswith("\n") else text + "\n")
     return t.verdict(exit_code)
-
-
-def iter_file_chunks(path: Path, chunk: int = 4 << 20) -> Iterator[str]:
-    with open(path, "rb") as f:
-        while True:
-            data = f.read(chunk)
-            if not data:
-                return
-            yield data.decode("utf-8", errors="replace")
-
-
-def iter_file_lines(path: Path, chunk: int = 1 << 20, max_line: int = 1 << 16) -> Iterator[str]:
-    """Lines of a possibly huge file in bounded memory (overlong lines are cut at `max_line`)."""
-    with open(path, "rb") as f:
-        partial = b""
-        while True:
-            data = f.read(chunk)
-            if not data:
-                break
-            data = partial + data
-            pieces = data.split(b"\n")
-            partial = pieces.pop()
-            if len(partial) > max_line:
-                partial = partial[-max_line:]
-            for p in pieces:
-                yield p[:max_line].decode("utf-8", errors="replace")
-        if partial:
-            yield partial.decode("utf-8", errors="replace")
 
 
 def triage_file(path: Path, exit_code: int | None = None) -> Verdict:

@@ -20,11 +20,13 @@ import pytest
 import yaml
 
 from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.experiments.resolve import resolve
 from harness.results.store import ResultsStore, load_record, new_run_id
+from harness.run.runfile import write_run_file
 from harness.run.runner import host_status, recover_host, run_attempt
-from harness.run.scheduler import Scheduler, write_run_file
+from harness.run.scheduler import Scheduler
 from harness.sim import init_target
 from tests.conftest import PATCHES, marked_processes, records_on_disk, tree_snapshot, wait_until, write_experiment
 from tests.support import netns
@@ -124,7 +126,7 @@ def test_connection_cut_mid_benchmark_then_retried_once_when_the_link_returns(tm
         "timeouts": {"ready": 60, "no_progress": 30, "stop_grace": 5}}))
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"name": "cut", "base": "base.yaml"}))
     hosts = {"nshost": host}
-    plan = plan_sweep(tmp_path / "sweep.yaml", PATCHES, hosts)
+    plan = plan_sweep(read_sweep_file(tmp_path / "sweep.yaml"), PATCHES, hosts)
     store = ResultsStore(tmp_path / "results")
     run_id = new_run_id()
     write_run_file(store, run_id, plan, hosts)
@@ -519,7 +521,7 @@ def test_no_record_lost_or_duplicated_over_a_resumed_sweep(tmp_path):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "base": "base.yaml",
                                                      "matrix": {"server.mem_fraction_static": [0.8, 0.85]},
                                                      "rounds": 2}))
-    plan = plan_sweep(tmp_path / "s.yaml", PATCHES, hosts)
+    plan = plan_sweep(read_sweep_file(tmp_path / "s.yaml"), PATCHES, hosts)
     store = ResultsStore(tmp_path / "results")
     run_id = new_run_id()
     write_run_file(store, run_id, plan, hosts)

@@ -3,7 +3,10 @@ over real sshd), interrupted and resumed, with infrastructure failures retried a
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
+import os
 import re
 import shlex
 import signal
@@ -17,9 +20,11 @@ import pytest
 import yaml
 
 from harness.experiments.config import HostConfig
+from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.results.store import ResultsStore, new_run_id
-from harness.run.scheduler import Scheduler, write_run_file
+from harness.run.runfile import write_run_file
+from harness.run.scheduler import Scheduler
 from harness.sim import init_target
 from tests.conftest import PATCHES, is_final_on_disk, marked_processes, records_on_disk
 from tests.support import netns
@@ -85,7 +90,7 @@ def local_hosts(tmp_path: Path, archs: dict[str, str]) -> dict[str, HostConfig]:
 def run_sweep(tmp_path, f, hosts, run_id=None, **kw):
     store = ResultsStore(tmp_path / "results")
     run_id = run_id or new_run_id()
-    plan = plan_sweep(f, PATCHES, hosts)
+    plan = plan_sweep(read_sweep_file(f), PATCHES, hosts)
     write_run_file(store, run_id, plan, hosts)
     reporter = Quiet()
     outcome = Scheduler(plan, hosts, store, run_id, reporter=reporter, **kw).run()
@@ -187,11 +192,11 @@ def test_edited_patch_changes_keys_so_resume_does_not_reuse_stale_results(tmp_pa
     (pdir / "p" / "0001.patch").write_text(patch)
     small_base(tmp_path, patches=["p"], server={"port": "auto", "tp": 2, "kv_cache_dtype": "auto"})
     f = sweep_file(tmp_path, name="s", base="base.yaml")
-    first = plan_sweep(f, pdir, hosts)
+    first = plan_sweep(read_sweep_file(f), pdir, hosts)
     (pdir / "p" / "0001.patch").write_text(patch.replace("# No full-pool cast", "# (edited) No full-pool cast"))
-    second = plan_sweep(f, pdir, hosts)
+    second = plan_sweep(read_sweep_file(f), pdir, hosts)
     assert first.attempts[0].key != second.attempts[0].key
-    assert plan_sweep(f, pdir, hosts).attempts[0].key == second.attempts[0].key  # stable otherwise
+    assert plan_sweep(read_sweep_file(f), pdir, hosts).attempts[0].key == second.attempts[0].key  # stable otherwise
 
 
 def test_cli_refuses_unknown_resume_other_sweeps_run_and_unknown_hosts(tmp_path):
@@ -370,7 +375,7 @@ def test_a_resume_on_other_hosts_keeps_the_runs_keys(tmp_path):
     results = tmp_path / "results"
     store = ResultsStore(results)
     run_id = new_run_id()
-    plan = plan_sweep(f, PATCHES, {"a": hosts["a"]})
+    plan = plan_sweep(read_sweep_file(f), PATCHES, {"a": hosts["a"]})
     write_run_file(store, run_id, plan, {"a": hosts["a"]}, hosts_file=inventory, patches_dir=PATCHES)
     base_argv = ["--resume", run_id, "--results-dir", str(results)]
     # The run's host left the inventory and no --hosts: said so, with the file and what to do.
@@ -534,3 +539,59 @@ def test_a_sweep_with_a_hung_host_and_one_dying_midway_ends_and_a_resume_on_othe
 def store_keys(results: Path, run_id: str) -> set[str]:
     """The plan's keys, from run.json as it is on disk."""
     return {a["key"] for a in json.loads((results / run_id / "run.json").read_text())["attempts"]}
+
+
+class Opens:
+    """How often each of some files is opened, by any code in this process: pathlib's reads and the builtin
+    open() both go through io.open."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *files: Path) -> None:
+        self.counts = {os.path.realpath(f): 0 for f in files}
+        real_open = io.open
+
+        def counting_open(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)):
+                key = os.path.realpath(file)
+                if key in self.counts:
+                    self.counts[key] += 1
+            return real_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(io, "open", counting_open)
+        monkeypatch.setattr(builtins, "open", counting_open)
+
+    def of(self, f: Path) -> int:
+        return self.counts[os.path.realpath(f)]
+
+    def reset(self) -> None:
+        self.counts = dict.fromkeys(self.counts, 0)
+
+
+def test_each_command_reads_the_sweep_the_experiment_and_the_inventory_once(tmp_path, monkeypatch):
+    """`sweep` (new, --dry-run and --resume) and `run` parse what they are given at the door and pass the models
+    inward: the sweep file, its base experiment (expanded twice) and the inventory are each opened once."""
+    from typer.testing import CliRunner
+
+    from harness.cli.app import app
+
+    hosts = local_hosts(tmp_path, {"h": "sm90"})
+    inventory = write_inventory(tmp_path, hosts)
+    base = small_base(tmp_path)
+    f = sweep_file(tmp_path, name="s", base="base.yaml", matrix={"server.mem_fraction_static": [0.8, 0.85]})
+    opens = Opens(monkeypatch, f, base, inventory)
+    options = ["--hosts-file", str(inventory), "--results-dir", str(tmp_path / "results"), "--patches-dir",
+               str(PATCHES)]
+    runner = CliRunner()
+
+    def harness_in_process(*argv: str) -> None:
+        opens.reset()
+        result = runner.invoke(app, list(argv) + options)
+        assert result.exit_code == 0, result.output
+
+    for argv in (["sweep", str(f), "--dry-run"], ["sweep", str(f)]):
+        harness_in_process(*argv)
+        assert (opens.of(f), opens.of(base), opens.of(inventory)) == (1, 1, 1), argv
+    run_id = next(p.name for p in (tmp_path / "results").iterdir() if (p / "run.json").exists())
+    harness_in_process("sweep", str(f), "--resume", run_id)
+    assert (opens.of(f), opens.of(base), opens.of(inventory)) == (1, 1, 1), "--resume"
+    harness_in_process("run", str(base))
+    assert (opens.of(f), opens.of(base), opens.of(inventory)) == (0, 1, 1), "run"

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from harness.errors import ConfigError
 from harness.experiments.config import Experiment, HostConfig, Inventory, Sweep, load_experiment, load_inventory
+from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 
 PATCHES = Path(__file__).resolve().parents[2] / "patches"
@@ -39,7 +40,7 @@ def check(loader, text: str) -> None:
             assert str(exc).startswith(str(f))
 
 
-LOADERS = [load_experiment, load_inventory, lambda f: plan_sweep(f, PATCHES, {})]
+LOADERS = [load_experiment, load_inventory, lambda f: plan_sweep(read_sweep_file(f), PATCHES, {})]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,9 +7,10 @@ import pytest
 
 from harness.errors import HostUnreachable
 from harness.experiments.config import HostConfig, load_inventory
+from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.hosts.gpus import answer_from_status, apply_answers, count_gpus
-from harness.run.scheduler import why_host_does_not_fit
+from harness.run.placement import why_host_does_not_fit
 from tests.conftest import PATCHES
 
 GPU = {"index": "0", "uuid": "GPU-0", "name": "NVIDIA H200", "compute_cap": "9.0"}
@@ -74,7 +75,7 @@ def test_an_unknown_count_does_not_refuse_before_the_host_is_asked(tmp_path):
     """`--dry-run` asks no host: a host without `gpus:` fits as far as the plan knows."""
     (tmp_path / "base.yaml").write_text("name: base\nbackend: flashinfer-mla\nmodel: {path: /m}\nserver: {tp: 2}\n")
     (tmp_path / "s.yaml").write_text("name: s\nbase: base.yaml\n")
-    a = plan_sweep(tmp_path / "s.yaml", PATCHES, {}).attempts[0]
+    a = plan_sweep(read_sweep_file(tmp_path / "s.yaml"), PATCHES, {}).attempts[0]
     assert why_host_does_not_fit(a, HostConfig(address="local", repo="/a")) is None
     assert why_host_does_not_fit(a, HostConfig(address="local", repo="/a", gpus=1)) == "needs 2 GPUs, has 1"
 
@@ -113,6 +114,6 @@ def test_a_host_without_arch_learns_it_from_the_simulated_target_and_placement_p
                  "bench: [{name: b, num_prompts: 1, input_len: 8, output_len: 8, max_concurrency: 1}]\n")
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("name: s\nbase: base.yaml\nmatrix: {backend: [flashinfer-mla-fp8]}\n")
-    a = plan_sweep(sweep, PATCHES, hosts).attempts[0]
+    a = plan_sweep(read_sweep_file(sweep), PATCHES, hosts).attempts[0]
     assert why_host_does_not_fit(a, hosts["b200"]) is None  # as configured: unknown arch, the agent would check
     assert "sm90" in str(why_host_does_not_fit(a, counted.usable["b200"]))

@@ -7,11 +7,17 @@ import yaml
 
 from harness.errors import ConfigError
 from harness.experiments.config import HostConfig
-from harness.experiments.plan import interleave, plan_sweep
+from harness.experiments.files import read_sweep_file
+from harness.experiments.plan import Plan, interleave, plan_sweep
 
 PATCHES = Path(__file__).resolve().parents[2] / "patches"
 HOSTS = {"a": HostConfig(address="local", repo="/r", arch="sm90", gpus=8),
          "b": HostConfig(address="local", repo="/s", arch="sm100", gpus=8)}
+
+
+def plan_sweep_file(f: Path, patches: Path, hosts: dict[str, HostConfig]) -> Plan:
+    """A sweep file read (once, as `harness sweep` does) and planned."""
+    return plan_sweep(read_sweep_file(f), patches, hosts)
 
 
 def write(tmp_path, name, doc):
@@ -35,7 +41,7 @@ def test_matrix_expands_in_order_with_dotted_axes(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml",
                                    "matrix": {"backend": ["flashinfer-mla", "trtllm_mla"],
                                               "server.mem_fraction_static": [0.8, 0.9]}, "rounds": 2})
-    plan = plan_sweep(f, PATCHES, {"a": HOSTS["a"]})
+    plan = plan_sweep_file(f, PATCHES, {"a": HOSTS["a"]})
     names = [a.name for a in plan.attempts]
     assert names[:4] == ["s-flashinfer-mla-0.8", "s-flashinfer-mla-0.9", "s-trtllm_mla-0.8", "s-trtllm_mla-0.9"]
     assert names[4:] == names[:4] and [a.round for a in plan.attempts] == [1] * 4 + [2] * 4
@@ -46,9 +52,9 @@ def test_matrix_expands_in_order_with_dotted_axes(tmp_path, base):
 
 def test_keys_are_stable_and_depend_on_hosts(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "matrix": {"backend": ["flashinfer-mla"]}})
-    k1 = plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
-    assert plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key == k1
-    assert plan_sweep(f, PATCHES, {"b": HOSTS["b"]}).attempts[0].key != k1
+    k1 = plan_sweep_file(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
+    assert plan_sweep_file(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key == k1
+    assert plan_sweep_file(f, PATCHES, {"b": HOSTS["b"]}).attempts[0].key != k1
 
 
 def test_keys_do_not_depend_on_the_order_of_a_mapping_in_the_experiment_file(tmp_path):
@@ -57,7 +63,7 @@ def test_keys_do_not_depend_on_the_order_of_a_mapping_in_the_experiment_file(tmp
         write(tmp_path, "base.yaml", {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/m"},
                                       "server": {"tp": 2, "env": env}})
         f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml"})
-        return plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
+        return plan_sweep_file(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
 
     assert key({"NCCL_DEBUG": "WARN", "CUDA_LAUNCH_BLOCKING": "1"}) == key({"CUDA_LAUNCH_BLOCKING": "1",
                                                                             "NCCL_DEBUG": "WARN"})
@@ -84,7 +90,7 @@ def patched_sweep(tmp_path):
     sweep = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml"})
 
     def key() -> str:
-        (attempt,) = plan_sweep(sweep, tmp_path / "patches", {"a": HOSTS["a"]}).attempts
+        (attempt,) = plan_sweep_file(sweep, tmp_path / "patches", {"a": HOSTS["a"]}).attempts
         return attempt.key
 
     return ps, key
@@ -129,7 +135,7 @@ def test_attempt_key_changes_when_a_patch_file_changes(patched_sweep):
 def test_baseline_runs_once_per_gpu_arch_on_a_mixed_fleet(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "baseline": "s-flashinfer-mla",
                                    "matrix": {"backend": ["flashinfer-mla", "trtllm_mla"]}})
-    plan = plan_sweep(f, PATCHES, HOSTS)
+    plan = plan_sweep_file(f, PATCHES, HOSTS)
     assert [(a.name, a.arch) for a in plan.attempts] == [("s-flashinfer-mla", "sm100"), ("s-flashinfer-mla", "sm90"),
                                                          ("s-trtllm_mla", None)]
 
@@ -137,39 +143,39 @@ def test_baseline_runs_once_per_gpu_arch_on_a_mixed_fleet(tmp_path, base):
 def test_axis_value_rejected_names_axis_value_and_line(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml",
                                    "matrix": {"server.mem_fraction_static": [0.8, 1.5]}})
-    err = pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value
+    err = pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value
     assert "matrix axis 'server.mem_fraction_static' value 1.5" in str(err)
     assert err.file == f and err.line == 6
 
 
 def test_unknown_axis_field(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "matrix": {"server.kv_dtype": ["fp8_e4m3"]}})
-    assert "matrix axis 'server.kv_dtype'" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+    assert "matrix axis 'server.kv_dtype'" in str(pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value)
 
 
 def test_unknown_backend_in_matrix(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "matrix": {"backend": ["cutlass-mla"]}})
-    assert "did you mean 'cutlass_mla'" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+    assert "did you mean 'cutlass_mla'" in str(pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value)
 
 
 def test_list_form_missing_file_and_bad_baseline(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "experiments": ["base.yaml", "nope.yaml"]})
-    err = pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value
+    err = pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value
     assert "'nope.yaml' not found" in str(err) and err.line == 4
     f = write(tmp_path, "s.yaml", {"name": "s", "experiments": ["base.yaml"], "baseline": "other"})
-    assert "baseline 'other'" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+    assert "baseline 'other'" in str(pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value)
 
 
 def test_sweep_shape_errors(tmp_path, base):
     f = write(tmp_path, "s.yaml", {"name": "s", "matrix": {"backend": ["flashinfer-mla"]}})
-    assert "needs a `base:`" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+    assert "needs a `base:`" in str(pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value)
     f = write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml", "rounds": 0})
-    assert "rounds" in str(pytest.raises(ConfigError, plan_sweep, f, PATCHES, {}).value)
+    assert "rounds" in str(pytest.raises(ConfigError, plan_sweep_file, f, PATCHES, {}).value)
 
 
 def test_shipped_sweeps_plan(tmp_path):
     root = Path(__file__).resolve().parents[2]
-    plan = plan_sweep(root / "experiments" / "sim" / "all-backends.yaml", PATCHES, HOSTS)
+    plan = plan_sweep_file(root / "experiments" / "sim" / "all-backends.yaml", PATCHES, HOSTS)
     assert {a.resolved.backend_name for a in plan.attempts} >= {"flashinfer-mla", "flashinfer-mla-gather-cast",
                                                                  "cutlass_mla", "trtllm_mla", "custom-fp8-mla"}
 
@@ -184,11 +190,11 @@ def test_a_case_without_its_own_repeats_keeps_the_key_the_harness_made_before_ca
     # The key this sweep had at commit 5b80274, before a bench case could set `repeats`: a sweep begun with
     # that harness must still find its results when resumed with this one.
     f = _bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4})
-    assert plan_sweep(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key == "70aa313f95436587f679"
+    assert plan_sweep_file(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key == "70aa313f95436587f679"
 
 
 def test_a_case_with_its_own_repeats_is_another_experiment(tmp_path):
-    unset = plan_sweep(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4}), PATCHES, {"a": HOSTS["a"]})
-    once = plan_sweep(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4, "repeats": 1}), PATCHES,
+    unset = plan_sweep_file(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4}), PATCHES, {"a": HOSTS["a"]})
+    once = plan_sweep_file(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4, "repeats": 1}), PATCHES,
                       {"a": HOSTS["a"]})
     assert unset.attempts[0].key != once.attempts[0].key

@@ -15,7 +15,6 @@ from harness.results.compare import (
     build_rows,
     columns,
     lower_is_better,
-    mann_whitney_p,
     short_key_line,
     table_rows,
     to_csv,
@@ -24,6 +23,7 @@ from harness.results.compare import (
 )
 from harness.results.metrics import KEY_METRICS
 from harness.results.schemas import ProfileOp, ProfileSummary, Record
+from harness.results.significance import mann_whitney_p
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
@@ -420,7 +420,7 @@ def test_mann_whitney_p_refuses_a_method_it_does_not_know():
 @pytest.mark.parametrize("m, n", [(1, 1), (1, 4), (3, 3), (4, 2), (4, 6)])
 def test_the_exact_u_distribution_counts_every_ordering(m, n):
     # Brute force: every way to place the m values of one sample among m + n untied ranks, and its U.
-    from harness.results.compare import _u_counts
+    from harness.results.significance import _u_counts
 
     expected = [0] * (m * n + 1)
     for ranks in itertools.combinations(range(m + n), m):

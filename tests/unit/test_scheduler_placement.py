@@ -13,9 +13,11 @@ import yaml
 from harness.cli.progress import SweepProgress
 from harness.common.protocol import Status
 from harness.experiments.config import HostConfig
+from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.results.store import ResultsStore
-from harness.run.scheduler import DownHost, Scheduler
+from harness.run.health import DownHost
+from harness.run.scheduler import Scheduler
 from tests.conftest import PATCHES
 from tests.support.fake_runner import FakeRunner
 
@@ -74,7 +76,7 @@ def _host(arch: str | None) -> HostConfig:
 
 def _scheduler(tmp_path: Path, f: Path, hosts: dict[str, HostConfig], runner: FakeRunner, log: Log,
                run_id: str = "r1", **kw) -> Scheduler:
-    plan = plan_sweep(f, PATCHES, hosts)
+    plan = plan_sweep(read_sweep_file(f), PATCHES, hosts)
     return Scheduler(plan, hosts, ResultsStore(tmp_path / "results"), run_id, reporter=log, attempt_runner=runner,
                      **kw)
 
