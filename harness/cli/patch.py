@@ -25,7 +25,7 @@ def validate(
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
-    from ..agent.target import target_identity
+    from ..common.targetid import target_identity
     from ..experiments.config import file_kind
     from ..experiments.plan import plan_sweep
 
@@ -109,7 +109,7 @@ def patch_check(
 
     The variant for the checkout's SGLang is applied to a scratch copy of the files it touches (the
     checkout is never written): what `validate --against` does, for one set."""
-    from ..agent.target import target_identity
+    from ..common.targetid import target_identity
     from ..experiments.patchsets import load_patch_set
 
     with exit_on_errors():
