@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.markup import escape
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ExitCode
 from ..experiments.config import load_experiment, load_inventory
 from ..experiments.project import default_patches_dir, default_patches_dir_here
 from ..experiments.resolve import resolve
@@ -63,7 +63,7 @@ def validate(
                 problems += _dry_check_and_report(ps, against)
         if problems:
             err.print(f"{len(problems)} problem(s)", style="red")
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.CONFIG)
 
 
 def patch_new(
@@ -121,7 +121,7 @@ def patch_check(
             out.print(f"note: {name} is made for {', '.join(ps.applies_to)}, the checkout is {ident}; checking anyway",
                       highlight=False)
         if _dry_check_and_report(ps, against):
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.CONFIG)
 
 
 def _dry_check_and_report(ps: PatchSet, against: Path) -> list[str]:
