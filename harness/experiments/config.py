@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..common.protocol import Timeouts as WireTimeouts
 from ..errors import ConfigError
 from .configerrors import SAFE_NAME, config_error
 from .yamlsrc import YamlDoc, load_yaml
@@ -204,13 +205,21 @@ class BenchCase(Strict):
                                                          "experiment's `repeats`)")
 
 
+# The agent's timeouts (the wire's dataclass) are the one definition of their names and defaults; the YAML's
+# model adds only the bounds and descriptions. tests/unit/test_one_definition.py checks the names match.
+_WIRE = WireTimeouts()
+
+
 class Timeouts(Strict):
-    ready: float = Field(1200.0, gt=0, description="launch → ready, seconds")
-    no_progress: float = Field(600.0, gt=0, description="log silent this long while not ready → hung")
-    bench: float = Field(1800.0, gt=0, description="per benchmark case run")
-    stop_grace: float = Field(30.0, ge=0, description="SIGTERM → SIGKILL")
-    fatal_grace: float = Field(1.0, ge=0, description="fatal log line while alive → crash after this")
-    gpu_release: float = Field(30.0, ge=0, description="after stop: wait this long for GPU memory to be freed")
+    """`timeouts:` of an experiment, in seconds; sent to the agent as harness.common.protocol.Timeouts."""
+
+    ready: float = Field(_WIRE.ready, gt=0, description="launch → ready, seconds")
+    no_progress: float = Field(_WIRE.no_progress, gt=0, description="log silent this long while not ready → hung")
+    bench: float = Field(_WIRE.bench, gt=0, description="per benchmark case run")
+    stop_grace: float = Field(_WIRE.stop_grace, ge=0, description="SIGTERM → SIGKILL")
+    fatal_grace: float = Field(_WIRE.fatal_grace, ge=0, description="fatal log line while alive → crash after this")
+    gpu_release: float = Field(_WIRE.gpu_release, ge=0, description="after stop: wait this long for GPU memory to "
+                               "be freed")
 
     @model_validator(mode="after")
     def _finite(self) -> Timeouts:
