@@ -9,26 +9,35 @@
     │   ├── HostKeyError              unknown or changed SSH host key
     │   └── RemoteCommandError        a command on the host failed (carries argv, exit code, output tail)
     ├── AgentProtocolError            the remote agent spoke nonsense or went away without a final event
-    ├── ResultsError                  the results store could not be written (disk full, exists already)
+    ├── ResultsError                  the results store could not be read or written (disk full, exists, bad record)
     └── Interrupted                   the user pressed Ctrl-C; cleanup already happened            → exit 130
 
 Third-party exceptions (paramiko, socket, pydantic, yaml) are mapped to these at the edges
 (transport.py, config.py) so nothing above them needs to know which library failed.
+
+`ExitCode` is the one table of what the `harness` command's exit status means (README "Exit codes").
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from pathlib import Path
 
-EXIT_CONFIG = 2
-EXIT_HOST = 3
-EXIT_INTERRUPTED = 130
+
+class ExitCode(IntEnum):
+    """What every command's exit status means; README's "Exit codes" lists the same."""
+
+    OK = 0  # done: for run and sweep, every attempt ended with a record, whatever its status
+    FAILED = 1  # a failure with no code of its own (the results store); `demo`: an attempt ended unlike expected
+    CONFIG = 2  # a configuration error, or a patch set that does not apply (`validate`, `patch check`)
+    HOST = 3  # a host could not be reached or used; a sweep left work for a resume; `status`: a host not ready
+    INTERRUPTED = 130  # Ctrl-C, after stopping and reverting (SIGTERM and SIGHUP: 128 + their number)
 
 
 class HarnessError(Exception):
     """Base of every error the harness reports; `exit_code` is what the CLI exits with."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILED
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
@@ -42,7 +51,7 @@ class HarnessError(Exception):
 class ConfigError(HarnessError):
     """Bad configuration: names the file and line, and how to fix it."""
 
-    exit_code = EXIT_CONFIG
+    exit_code = ExitCode.CONFIG
 
     def __init__(self, message: str, *, file: Path | str | None = None, line: int | None = None,
                  hint: str | None = None):
@@ -57,7 +66,7 @@ class ConfigError(HarnessError):
 class HostError(HarnessError):
     """A host could not be reached or used."""
 
-    exit_code = EXIT_HOST
+    exit_code = ExitCode.HOST
 
     def __init__(self, host: str, message: str, *, hint: str | None = None):
         self.host = host
@@ -88,7 +97,7 @@ class RemoteCommandError(HostError):
 
 
 class AgentProtocolError(HarnessError):
-    exit_code = EXIT_HOST
+    exit_code = ExitCode.HOST
 
 
 class ResultsError(HarnessError):
@@ -96,4 +105,4 @@ class ResultsError(HarnessError):
 
 
 class Interrupted(HarnessError):
-    exit_code = EXIT_INTERRUPTED
+    exit_code = ExitCode.INTERRUPTED

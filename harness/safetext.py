@@ -14,6 +14,9 @@ Pure, and idempotent: its output holds no control character, so a second pass ch
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 # Colour and style (SGR: CSI … m), by ESC [ or the one-byte C1 CSI: dropped, a log's colours say nothing.
 _SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
@@ -51,3 +54,10 @@ def display_line(text: str) -> str:
 def display_lines(text: str) -> str:
     """Host text that may span lines, safe to show (an error message, a log excerpt)."""
     return display_text(text, multiline=True)
+
+
+# The same, as pydantic field types for the fields meant for display that hold a host's words (a crash's fatal
+# line, an agent's error): made safe when a record is made and again when an older one is read, so no terminal
+# or page that shows them acts on them. Logs stay raw in their own files.
+DisplayLine = Annotated[str, AfterValidator(display_line)]
+DisplayText = Annotated[str, AfterValidator(display_lines)]

@@ -43,7 +43,7 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.agent.target import target_identity  # noqa: E402
+from harness.common.targetid import target_identity  # noqa: E402
 from harness.experiments.patchsets import load_patch_set  # noqa: E402
 
 DIFF_PATHS = re.compile(r"^(?:\+\+\+ b/(\S+)|--- a/(\S+)|rename to (\S+)|copy to (\S+))", re.MULTILINE)

@@ -12,6 +12,7 @@ import traceback
 from typing import Any, Optional
 
 from ..common.protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
+from ..common.targetid import read_server_version, target_identity
 from . import watchdog
 from .bench import Load
 from .errors import Aborted, StageFailed, abort_message
@@ -22,7 +23,7 @@ from .procs import MARKER_ENV, pick_free_port, port_free
 from .profiling import Capture
 from .server import Server
 from .status import stop_recorded_server
-from .target import choose_variants, fit_problems, read_package_version, read_server_version, target_identity
+from .target import choose_variants, fit_problems, read_package_version
 from .tree import UNVERIFIED, Journal, Tree
 
 

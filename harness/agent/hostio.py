@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
+
+from ..common.filehash import sha256_file
 
 
 def run(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
@@ -73,14 +74,6 @@ def connectable_host(host: str) -> str:
 def http_url(host: str, port: Union[int, str], path: str) -> str:
     host = connectable_host(host)
     return "http://%s:%s%s" % (host if ":" not in host else "[%s]" % host, port, path)
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_hashes(root: str, skip: tuple[str, ...] = ()) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Dict, Optional
 from ..common.protocol import PROTOCOL, Final, ProtocolError, Spec
 from .link import Link
 from .procs import become_subreaper
+from .serve import say_hello, serve
 
 SPEC = "spec.json"
 EVENTS = "events.jsonl"
@@ -26,8 +27,6 @@ REASONS: Dict[int, str] = {int(signal.SIGUSR1): "slurm-time-limit", int(signal.S
 
 
 def run_job(job_dir: str) -> int:
-    from .__main__ import say_hello, serve
-
     out = open(os.path.join(job_dir, EVENTS), "a", encoding="utf-8")
     link = Link(out=out, durable=True)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):

@@ -1,5 +1,6 @@
-"""What the host's target allows: SGLang's version and attention backends (read from its source, since
-importing SGLang takes seconds and a GPU stack), and whether the experiment fits this host's GPUs."""
+"""What the host's target allows: SGLang's attention backends (read from its source, since importing SGLang
+takes seconds and a GPU stack), and whether the experiment fits this host's GPUs. Its version and identity:
+harness.common.targetid, which the controller uses too."""
 
 from __future__ import annotations
 
@@ -14,31 +15,7 @@ from ..common.protocol import FileEntry, PatchEntry, Requirements
 from .gpu import arch_of
 from .hostio import run
 
-VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)""", re.MULTILINE)
 BACKEND_CHOICES_FILES = ("python/sglang/srt/arg_groups/choices.py", "python/sglang/srt/server_args.py")
-
-
-def read_server_version(repo: str) -> Optional[str]:
-    """SGLang's version from its source: _version.py (written by the build) first, then version.py;
-    only module-level assignments count (version.py also holds a '0.0.0.dev0' fallback)."""
-    for rel in ("python/sglang/_version.py", "python/sglang/version.py"):
-        try:
-            with open(os.path.join(repo, rel)) as f:
-                m = VERSION_RE.search(f.read())
-            if m:
-                return m.group(1)
-        except OSError:
-            continue
-    return None
-
-
-def target_identity(repo: str) -> Optional[str]:
-    """What a patch set's `applies_to` (and its variants) name: 'harness-sim' for the simulated target,
-    else 'sglang==<version>' read from the source; None when no version is found."""
-    if os.path.isdir(os.path.join(repo, "python", "sglang", "_sim")):
-        return "harness-sim"
-    version = read_server_version(repo)
-    return "sglang==%s" % version if version else None
 
 
 def read_package_version(python: str, env: Mapping[str, str], dist: str) -> Optional[str]:

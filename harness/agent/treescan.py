@@ -12,8 +12,8 @@ import stat
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
+from ..common.filehash import sha256_file
 from ..common.patchpaths import is_dot_git
-from .hostio import sha256_file
 
 
 def _missing_or_link(path: str) -> "tuple[Optional[str], Optional[os.stat_result]]":

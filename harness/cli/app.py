@@ -1,8 +1,7 @@
 """Command line: the typer app and its entry point. The commands live in the cli_*.py modules, one job each;
 together with this module they are the only place that prints and exits.
 
-Exit codes: 0 every attempt ended with a record (whatever its status); 2 configuration error;
-3 a host could not be reached or used; 130 interrupted (after cleaning up).
+Exit codes: harness.errors.ExitCode, the one table (README "Exit codes" lists the same).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import sys
 import typer
 
 from .. import __version__
-from ..errors import EXIT_INTERRUPTED
+from ..errors import ExitCode
 from .common import out, set_debug
 from .compare import compare, report
 from .diagnose import profile_summary, triage
@@ -35,7 +34,7 @@ def _print_version(value: bool) -> None:
     # Eager: runs while parsing, before click asks for a command (else `harness --version` is "Missing command").
     if value:
         out.print(f"harness {__version__}", highlight=False)
-        raise typer.Exit(0)
+        raise typer.Exit(ExitCode.OK)
 
 
 @app.callback()
@@ -67,7 +66,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        sys.exit(exit_code(EXIT_INTERRUPTED))
+        sys.exit(exit_code(ExitCode.INTERRUPTED))
     except SystemExit as exc:
         sys.exit(exit_code(exc.code))
 

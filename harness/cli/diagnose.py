@@ -31,7 +31,7 @@ def triage(
         if as_json:
             print(json.dumps(v.to_dict()))
             return
-        style = {"ready": "green", "crash": "red"}.get(v.verdict, "yellow")
+        style = {"ready": "green", "crash": "red"}.get(v.verdict or "", "yellow")
         out.print(f"[{style}]{v.verdict}[/]: {v.category} (phase: {v.phase})")
         if v.key_line:
             out.print(f"key line: {escape(v.key_line)}", highlight=False)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import EXIT_INTERRUPTED, HarnessError
+from ..errors import ExitCode, HarnessError
 
 
 class errors_to_exit_codes:
@@ -30,7 +30,7 @@ class errors_to_exit_codes:
             return False
         if isinstance(exc, KeyboardInterrupt):
             self.err.print("interrupted", style="yellow")
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(ExitCode.INTERRUPTED)
         if isinstance(exc, HarnessError):
             if self.debug:
                 traceback.print_exception(exc_type, exc, tb)
@@ -52,6 +52,6 @@ def signal_as_interrupt(signum: int, frame: object) -> None:
 
 
 def exit_code(code: str | int | None) -> str | int | None:
-    if _signalled is not None and code == EXIT_INTERRUPTED:
+    if _signalled is not None and code == ExitCode.INTERRUPTED:
         return 128 + _signalled
     return code

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..common.protocol import Status
-from ..errors import EXIT_HOST, HarnessError
+from ..errors import ExitCode, HarnessError
 from ..hosts.slurm import JobInfo, describe
 from .common import err, exit_on_errors, out, pick_host, read_inventory
 
@@ -41,7 +41,7 @@ def status(
         trouble = [f"{n}: {why}" for n, st in results.items() if (why := not_ready(st))]
         if trouble:
             err.print("not ready: " + escape("; ".join(trouble)), highlight=False)
-            raise typer.Exit(EXIT_HOST)
+            raise typer.Exit(ExitCode.HOST)
 
 
 def not_ready(st: dict) -> str | None:
@@ -99,7 +99,7 @@ def recover(
         res = recover_host(name, cfg)
         if res.get("status") not in (None, Status.OK):
             err.print(f"[red]recovery failed:[/] {escape(str(res.get('error')))}", highlight=False)
-            raise typer.Exit(3)
+            raise typer.Exit(ExitCode.HOST)
         rec = res.get("recovered")
         if not rec:
             out.print(f"{name}: no journal, nothing to recover")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.markup import escape
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ExitCode
 from ..experiments.config import load_experiment, load_inventory
 from ..experiments.project import default_patches_dir, default_patches_dir_here
 from ..experiments.resolve import resolve
@@ -25,7 +25,7 @@ def validate(
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
-    from ..agent.target import target_identity
+    from ..common.targetid import target_identity
     from ..experiments.files import file_kind, read_sweep_file
     from ..experiments.plan import plan_sweep
 
@@ -63,7 +63,7 @@ def validate(
                 problems += _dry_check_and_report(ps, against)
         if problems:
             err.print(f"{len(problems)} problem(s)", style="red")
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.CONFIG)
 
 
 def patch_new(
@@ -109,7 +109,7 @@ def patch_check(
 
     The variant for the checkout's SGLang is applied to a scratch copy of the files it touches (the
     checkout is never written): what `validate --against` does, for one set."""
-    from ..agent.target import target_identity
+    from ..common.targetid import target_identity
     from ..experiments.patchsets import load_patch_set
 
     with exit_on_errors():
@@ -121,7 +121,7 @@ def patch_check(
             out.print(f"note: {name} is made for {', '.join(ps.applies_to)}, the checkout is {ident}; checking anyway",
                       highlight=False)
         if _dry_check_and_report(ps, against):
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.CONFIG)
 
 
 def _dry_check_and_report(ps: PatchSet, against: Path) -> list[str]:

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from ..common.protocol import Status
-from ..errors import EXIT_HOST, EXIT_INTERRUPTED, ConfigError
+from ..errors import ConfigError, ExitCode
 from ..experiments.config import HostConfig
 from ..experiments.files import SweepFile, read_experiment_file
 from ..experiments.project import default_hosts_file, default_patches_dir
@@ -59,7 +59,7 @@ def run(
                                                     lock_wait_s=wait)
         views.show_outcomes(out, [outcome])
         if outcome.record.status == Status.INFRA_ERROR:  # the host could not be used (e.g. another harness holds it)
-            raise typer.Exit(3)
+            raise typer.Exit(ExitCode.HOST)
 
 
 def sweep(
@@ -109,7 +109,7 @@ def sweep(
         if outcome.interrupted:
             err.print(f"interrupted: the attempts in flight were stopped and reverted; resume with\n  {again}",
                       highlight=False)
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(ExitCode.INTERRUPTED)
         for name, when in outcome.back.items():
             if name not in outcome.down:
                 out.print(f"host {escape(name)} was down, back up at {time.strftime('%H:%M', time.localtime(when))}",
@@ -121,14 +121,14 @@ def sweep(
             other = " (add --hosts to resume on other hosts)" if outcome.down else ""
             err.print(f"{len(outcome.left)} attempt(s) not run ({why}); resume with{other}\n  {again}",
                       highlight=False)
-            raise typer.Exit(EXIT_HOST)
+            raise typer.Exit(ExitCode.HOST)
         if outcome.down or any(r.status == Status.INFRA_ERROR for r in outcome.done):
-            raise typer.Exit(EXIT_HOST)  # every attempt ended, but a host failed on the way
+            raise typer.Exit(ExitCode.HOST)  # every attempt ended, but a host failed on the way
         if outcome.done and all(r.status == Status.PREFLIGHT_FAILED for r in outcome.done):
             first = outcome.done[0]
             err.print(f"nothing ran: all {len(outcome.done)} attempt(s) were refused before launch; the first "
                       f"({first.experiment} on {first.host}): {escape(first.error or '')}", highlight=False)
-            raise typer.Exit(3)
+            raise typer.Exit(ExitCode.HOST)  # refused before launch everywhere: nothing was measured
 
 
 def resumed_run(store: ResultsStore, run_id: str, sweep_file: Path) -> RunInfo:

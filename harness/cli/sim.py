@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..common.protocol import Status
-from ..errors import EXIT_INTERRUPTED, ConfigError
+from ..errors import ConfigError, ExitCode
 from ..experiments.config import HostConfig
 from ..experiments.files import read_sweep_file
 from ..experiments.project import bundled_dir
@@ -76,10 +76,10 @@ def demo(
         out.print(f"report: {page}   (open it in a browser; the folder {page.parent.name}/ is self-contained)",
                   highlight=False)
         if outcome.interrupted:
-            raise typer.Exit(EXIT_INTERRUPTED)
+            raise typer.Exit(ExitCode.INTERRUPTED)
         met = all(r.expectation_met or r.status == Status.PREFLIGHT_FAILED for r in outcome.done)
         if not met:
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
 
 
 def sim_host_entry(name: str, repo: str, python: str, gpus: int, arch: str) -> str:

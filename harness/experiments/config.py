@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..common.protocol import Timeouts as Wire  # the agent's timeouts, as the spec carries them
 from ..errors import ConfigError
 from .configerrors import SAFE_NAME, config_error
 from .yamlsrc import YamlDoc, load_yaml
@@ -204,13 +205,14 @@ class BenchCase(Strict):
                                                          "experiment's `repeats`)")
 
 
-class Timeouts(Strict):
-    ready: float = Field(1200.0, gt=0, description="launch → ready, seconds")
-    no_progress: float = Field(600.0, gt=0, description="log silent this long while not ready → hung")
-    bench: float = Field(1800.0, gt=0, description="per benchmark case run")
-    stop_grace: float = Field(30.0, ge=0, description="SIGTERM → SIGKILL")
-    fatal_grace: float = Field(1.0, ge=0, description="fatal log line while alive → crash after this")
-    gpu_release: float = Field(30.0, ge=0, description="after stop: wait this long for GPU memory to be freed")
+class Timeouts(Strict):  # names and defaults are the agent's (Wire, the one list); the bounds are the YAML's
+    ready: float = Field(Wire.ready, gt=0, description="launch → ready, seconds")
+    no_progress: float = Field(Wire.no_progress, gt=0, description="log silent this long while not ready → hung")
+    bench: float = Field(Wire.bench, gt=0, description="per benchmark case run")
+    stop_grace: float = Field(Wire.stop_grace, ge=0, description="SIGTERM → SIGKILL")
+    fatal_grace: float = Field(Wire.fatal_grace, ge=0, description="fatal log line while alive → crash after this")
+    gpu_release: float = Field(Wire.gpu_release, ge=0, description="after stop: wait this long for GPU memory "
+                               "to be freed")
 
     @model_validator(mode="after")
     def _finite(self) -> Timeouts:

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..agent.target import target_identity
+from ..common.targetid import target_identity
 from ..experiments.patchsets import PatchSet, diff_paths
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from ..agent.target import target_identity
+from ..common.targetid import target_identity
 from ..errors import ConfigError
 from ..experiments.config import SAFE_NAME, TARGET_ID
 from ..experiments.patchsets import PatchSet, diff_paths, load_patch_set

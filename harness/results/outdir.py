@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ..agent.hostio import sha256_file
+from ..common.filehash import sha256_file
 from ..errors import ConfigError
 
 MANIFEST = ".harness-report.json"

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..common.protocol import Status
-from ..safetext import display_line, display_lines
+from ..safetext import DisplayLine, DisplayText  # a host's words in a display field, shown escaped
+from ..triage.verdict import Verdict
 
 SCHEMA = 1  # record.json
 RUN_SCHEMA = 1  # run.json
@@ -22,13 +23,6 @@ NOT_FINAL_STATUSES: frozenset[Status] = frozenset({Status.INFRA_ERROR, Status.AB
 FINAL_STATUSES: frozenset[Status] = frozenset(Status) - NOT_FINAL_STATUSES
 
 
-# Fields meant for display that hold a host's words (a crash's fatal line, an agent's error): their control
-# characters are shown escaped (harness.safetext), when a record is made and when an older one is read, so no
-# terminal or page that shows them acts on them. Logs stay raw in their own files.
-DisplayLine = Annotated[str, AfterValidator(display_line)]
-DisplayText = Annotated[str, AfterValidator(display_lines)]
-
-
 class _Strict(BaseModel):
     """Every key declared: an unknown one is an error, on write and on read."""
 
@@ -36,16 +30,6 @@ class _Strict(BaseModel):
 
 
 # ============================================================================ record parts
-
-
-class VerdictInfo(_Strict):
-    """Why a crashed or hung server ended (harness.triage.classify's verdict, or the hang timer's)."""
-
-    verdict: str | None = None  # ready | crash | incomplete (from triage; absent for a hang)
-    category: str
-    key_line: DisplayLine | None = None
-    phase: str | None = None
-    hint: DisplayLine | None = None
 
 
 class Revert(_Strict):
@@ -170,7 +154,7 @@ class Record(_Strict):
     backend: str | None = None
     status: Status
     error: DisplayText | None = None
-    verdict: VerdictInfo | None = None
+    verdict: Verdict | None = None  # why a crashed or hung server ended
     timings: dict[str, float] = {}
     detect_latency_s: float | None = None
     metrics: dict[str, dict[str, Any]] = {}  # per bench case: medians, `repeats`, and every repeat in `samples`

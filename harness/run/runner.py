@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..agent.hostio import sha256_file
+from ..common.filehash import sha256_file
 from ..common.protocol import (
     BenchResult,
     Crashed,

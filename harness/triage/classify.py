@@ -28,9 +28,8 @@ chunks and only candidate lines are parsed; the state is the best match, the pha
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..safetext import display_line
 from .hints import HINTS
@@ -49,6 +48,7 @@ from .signatures import CATEGORIES as CATEGORIES
 from .signatures import LINE_PREFIX_PATTERN as LINE_PREFIX_PATTERN
 from .signatures import PHASES as PHASES
 from .signatures import READY_PATTERN as READY_PATTERN
+from .verdict import Verdict as Verdict  # the log reader's answer, which records keep as is
 
 
 @dataclass(frozen=True)
@@ -171,16 +171,6 @@ CLUE_ANCHORS = ('File "', "Captur", "Load", "KV Cache", "server socket", "Server
 _FATAL = [re.compile(p) for p in FATAL_PATTERNS]
 
 
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str  # ready | crash | incomplete
-    category: str
-    key_line: str | None
-    phase: str
-    hint: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Triage:

@@ -1,6 +1,7 @@
 """Pure helpers of the remote agent."""
 
-from harness.agent import procs, server, target, tree
+from harness.agent import procs, server, tree
+from harness.common import targetid
 
 
 def test_numstat_paths_plain_and_renames():
@@ -43,9 +44,9 @@ def test_server_version_read_from_the_source_like_sglang_0523_lays_it_out(tmp_pa
     pkg.mkdir(parents=True)
     (pkg / "version.py").write_text("try:\n    from sglang._version import __version__\nexcept ImportError:\n"
                                     "    __version__ = \"0.0.0.dev0\"\n")
-    assert target.read_server_version(str(tmp_path)) is None
+    assert targetid.read_server_version(str(tmp_path)) is None
     (pkg / "_version.py").write_text("__version__ = version = '0.5.23'\n__version_tuple__ = (0, 5, 23)\n")
-    assert target.read_server_version(str(tmp_path)) == "0.5.23"
+    assert targetid.read_server_version(str(tmp_path)) == "0.5.23"
 
 
 def test_numstat_paths_keep_tabs_that_are_part_of_a_file_name():

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from harness.agent import watchdog
-from harness.agent.__main__ import final_report
 from harness.agent.attempt import Attempt
+from harness.agent.serve import final_report
 from harness.agent.tree import Git
 from tests.conftest import marked_processes, tree_snapshot
 from tests.unit.test_agent_tree import (

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ast
 import sys
-
-import pytest
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "harness"
@@ -83,7 +81,6 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="issue #32 in progress: fixed on branch one-of-each")
 def test_no_import_cycle_the_agent_included():
     graph = import_graph()
     assert any(m.startswith("agent.") for m in graph)
@@ -117,7 +114,6 @@ def test_the_agent_and_common_import_only_themselves_and_the_standard_library():
                 assert mod.split(".")[0] in sys.stdlib_module_names, f"{path.name} imports {mod}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue #32 in progress: fixed on branch one-of-each")
 def test_the_controller_does_not_reach_into_the_agent():
     graph = import_graph()
     for name, deps in graph.items():

@@ -655,13 +655,13 @@ def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_namin
     from rich.console import Console
 
     from harness.cli.views import show_comparison
-    from harness.errors import EXIT_CONFIG, ConfigError
+    from harness.errors import ConfigError, ExitCode
 
     store = comparison_store(tmp_path)
     console = Console(file=io.StringIO())
     with pytest.raises(ConfigError) as e:
         show_comparison(console, [(store, "r1")], baseline=None, metric="output_thruput", fmt="table", plot_file=None)
-    assert e.value.exit_code == EXIT_CONFIG and "unknown metric 'output_thruput'" in str(e.value)
+    assert e.value.exit_code == ExitCode.CONFIG and "unknown metric 'output_thruput'" in str(e.value)
     assert "output_throughput" in e.value.hint and "median_itl_ms" in e.value.hint
     with pytest.raises(ConfigError) as e:
         show_comparison(console, [(store, "r1")], baseline="bsae", metric="output_throughput", fmt="json",

@@ -1,8 +1,9 @@
 """Patch sets with variants for other SGLang releases (`variants:` in patchset.yaml, each a subfolder with
 the same layout as the set's top level): every variant applies to its release's real source (the PyPI wheel laid out as a
 checkout), compiles, and the sglang imports it adds resolve there -- checked with
-`scripts/check_patch_variants.py`, the way an engineer checks them by hand. Copies of shared files (the
-Triton kernel, the gather module) stay byte-identical across variants.
+`scripts/check_patch_variants.py`, the way an engineer checks them by hand. Copies of shared files stay the
+same across variants: the kernel's are generated from kernels/ (scripts/sync_kernel_copies.py), the gather
+module's byte-identical.
 
 Needs PyPI the first time for each release (cached in ~/.cache/harness-tests/); HARNESS_SKIP_UPSTREAM=1
 skips them.
@@ -31,15 +32,15 @@ KERNEL = PROJECT / "kernels" / "fp8_mla_decode.py"
 ATTN = Path("files/python/sglang/srt/layers/attention")
 
 
-def _load_checker():
-    spec = importlib.util.spec_from_file_location("check_patch_variants", PROJECT / "scripts" / "check_patch_variants.py")
+def _load_script(name):
+    spec = importlib.util.spec_from_file_location(name, PROJECT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
 
-checker = _load_checker()
+checker = _load_script("check_patch_variants")
 
 
 def releases(patches: Path = PATCHES) -> list[str]:
@@ -57,11 +58,13 @@ def test_variants_are_declared_and_each_has_content():
 
 
 def test_shared_files_stay_identical_across_variants():
+    sync = _load_script("sync_kernel_copies")
     for folder in [PATCHES / "custom_fp8_mla", *sorted((PATCHES / "custom_fp8_mla").glob("sglang-*"))]:
         for kernel, name in ((KERNEL, "custom_fp8_mla_decode.py"),
                              (KERNEL.with_name("fp8_mla_decode_cuda.py"), "custom_fp8_mla_decode_cuda.py")):
             copy = folder / ATTN / name
-            assert copy.read_bytes() == kernel.read_bytes(), f"{copy} differs from {kernel}: copy the kernel over"
+            assert copy.read_bytes() == sync.copy_bytes(kernel.name, kernel.read_bytes()), (
+                f"{copy} differs from {kernel}: run python3 scripts/sync_kernel_copies.py")
     top = PATCHES / "flashinfer_mla_gather_cast" / ATTN / "mla_gather_cast.py"
     for folder in sorted((PATCHES / "flashinfer_mla_gather_cast").glob("sglang-*")):
         assert (folder / ATTN / "mla_gather_cast.py").read_bytes() == top.read_bytes(), folder

@@ -1,3 +1,5 @@
+# Generated from kernels/fp8_mla_decode.py by scripts/sync_kernel_copies.py: do not edit this copy.
+# Edit kernels/fp8_mla_decode.py, then run `python3 scripts/sync_kernel_copies.py`.
 """MLA decode attention that reads an FP8 (e4m3) KV cache directly, in Triton.
 
 Layout (SGLang's MLA pool, page size 1): one row of 576 values per token, the 512-wide latent

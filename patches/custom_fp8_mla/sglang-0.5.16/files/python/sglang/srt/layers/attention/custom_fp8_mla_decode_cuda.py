@@ -1,3 +1,5 @@
+# Generated from kernels/fp8_mla_decode_cuda.py by scripts/sync_kernel_copies.py: do not edit this copy.
+# Edit kernels/fp8_mla_decode_cuda.py, then run `python3 scripts/sync_kernel_copies.py`.
 """The SM90 path of the FP8 MLA decode: CUDA C++ compiled at first use with NVRTC, launched by ctypes.
 
 Same function and layout as :mod:`kernels.fp8_mla_decode` (whose ``mla_decode`` calls this one on

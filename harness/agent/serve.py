@@ -1,0 +1,56 @@
+"""What the agent does once it holds a spec and a link, whoever started it (`__main__` over SSH, `job` under
+Slurm): say hello, serve the spec's mode, end with the typed final report."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any, Optional
+
+from ..common.protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec
+from .attempt import Attempt
+from .hostio import file_hashes
+from .link import Link
+from .status import host_status
+
+
+def final_report(result: dict[str, Any], attempt: Optional[Attempt] = None, link: Optional[Link] = None) -> Final:
+    """The result as the typed final event; a key `Final` does not declare is a bug here, not data."""
+    body = dict(result)
+    if attempt is not None:
+        body["artifacts"] = file_hashes(attempt.attempt_dir, skip=("patches",))
+        body["timings"] = attempt.timings
+        body["attempt_dir"] = attempt.attempt_dir
+        body["server_log"] = attempt.log_path if os.path.exists(attempt.log_path) else None
+    if link is not None:
+        body["abort_reason"] = link.abort_reason
+    try:
+        return Final.from_dict(json.loads(json.dumps(body, default=str)))
+    except ProtocolError as exc:  # a bug in the agent: still end with a final report, saying so
+        return Final(status="infra-error", error="agent error: the final report does not follow the protocol: %s"
+                     % exc, timings=body.get("timings") or {})
+
+
+def say_hello(link: Link, restart: Optional[int] = None) -> None:
+    link.send(Hello(protocol=PROTOCOL, pid=os.getpid(), host_time=time.time(), python=sys.version.split()[0],
+                    hostname=socket.gethostname(), restart=restart))
+
+
+def serve(spec: Spec, link: Link) -> int:
+    """What the spec's mode asks for, ending with the final report on the link."""
+    attempt = Attempt(spec, link, watchdog=spec.mode in (Mode.ATTEMPT.value, Mode.APPLY_REVERT.value))
+    if spec.mode == Mode.STATUS.value:
+        try:
+            report = dict(status="ok", **host_status(attempt.repo, attempt.server_env()))
+        except Exception as exc:  # a look must always answer, saying what it could not see
+            report = {"status": "infra-error", "error": "cannot read the host's state: %s" % exc}
+        link.send(final_report(report))
+        return 0
+    result = attempt.recover() if spec.mode == Mode.RECOVER.value else attempt.run()
+    if link.abort_reason == "slurm-time-limit":
+        result["budget_exceeded"] = True  # the job's time limit is the attempt's budget (plus the stop's time)
+    link.send(final_report(result, attempt, link))
+    return 0
