@@ -12,7 +12,7 @@ from .transport import CommandResult, RemoteProcess, Transport, not_executable
 
 
 class _LocalProcess(RemoteProcess):
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str]) -> None:
         # Own session: a Ctrl-C on the terminal reaches the controller, which then aborts the agent
         # cleanly, instead of killing the agent mid-revert.
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

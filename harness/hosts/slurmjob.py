@@ -68,7 +68,7 @@ SUBMISSION_REFUSED = "Batch job submission failed"  # sbatch's words when slurmc
 
 
 class SlurmTransport(Transport):
-    def __init__(self, name: str, host: ClusterHost):
+    def __init__(self, name: str, host: ClusterHost) -> None:
         super().__init__(name, host)
         self.cluster = host.cluster
         self.login: Transport = connect(f"{name} (login)", host.cluster.login_host)
@@ -312,8 +312,7 @@ class SlurmAttempt(AttemptChannel):
             return ""
 
 
-
-def queued_jobs(name: str, host: ClusterHost) -> list[dict]:
+def queued_jobs(name: str, host: ClusterHost) -> list[dict[str, str | None]]:
     """This harness's jobs on the cluster's repo, as the queue shows them now."""
     with connect(f"{name} (login)", host.cluster.login_host) as login:
         r = login.run(["squeue", "-h", "-n", job_name(host.repo), "-o", SQUEUE_FORMAT], check=False, timeout=60)

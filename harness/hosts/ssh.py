@@ -28,7 +28,7 @@ def remote_command(python: str, argv: list[str]) -> str:
 
 
 class _SSHProcess(RemoteProcess):
-    def __init__(self, channel):  # paramiko.Channel
+    def __init__(self, channel: Any) -> None:  # paramiko.Channel
         self.chan = channel
         self._out = channel.makefile("rb")
         self._drain_stderr(channel.makefile_stderr("rb"))
@@ -50,7 +50,8 @@ class _SSHProcess(RemoteProcess):
 
     def readline(self) -> bytes:
         try:
-            return self._out.readline()
+            line: bytes = self._out.readline()
+            return line
         except TimeoutError:
             raise TimeoutError("no data from the host") from None
         except Exception:  # the connection died: same as end of stream
@@ -58,7 +59,8 @@ class _SSHProcess(RemoteProcess):
 
     def wait(self, timeout: float | None = None) -> int | None:
         if self.chan.status_event.wait(timeout):
-            return self.chan.recv_exit_status()
+            code: int = self.chan.recv_exit_status()
+            return code
         return None
 
     def kill(self) -> None:
@@ -68,17 +70,17 @@ class _SSHProcess(RemoteProcess):
 class SSHTransport(Transport):
     """SSH through Fabric: key auth, ~/.ssh/config respected, host keys checked against known_hosts."""
 
-    def __init__(self, name: str, host: HostConfig):
+    def __init__(self, name: str, host: HostConfig) -> None:
         super().__init__(name, host)
         self._conn = self._connect()
 
-    def _connect(self):
+    def _connect(self) -> Any:  # fabric.Connection
         import fabric
         import paramiko
 
         h = self.host
         config = fabric.Config(runtime_ssh_path=os.path.expanduser(h.ssh_config)) if h.ssh_config else None
-        connect_kwargs: dict = {"banner_timeout": h.connect_timeout, "auth_timeout": h.connect_timeout}
+        connect_kwargs: dict[str, Any] = {"banner_timeout": h.connect_timeout, "auth_timeout": h.connect_timeout}
         if h.key:
             connect_kwargs["key_filename"] = [os.path.expanduser(h.key)]
             connect_kwargs["look_for_keys"] = False
@@ -238,7 +240,7 @@ def _no_banner(conn: Any, exc: Exception) -> bool:
     return transport is not None and not getattr(transport, "remote_version", "") and "No existing session" in str(exc)
 
 
-def _fingerprint(key) -> str:
+def _fingerprint(key: Any) -> str:  # paramiko.PKey
     """OpenSSH's format, so it can be compared with what `ssh-keygen -lf` prints on the host."""
     import base64
     import hashlib
@@ -271,10 +273,10 @@ class _AcceptNewPolicy:  # duck-typed paramiko.MissingHostKeyPolicy
     """Like OpenSSH's StrictHostKeyChecking=accept-new: trust a first-seen key and remember it.
     A changed key still fails (paramiko raises BadHostKeyException before asking any policy)."""
 
-    def __init__(self, known_hosts: str | None):
+    def __init__(self, known_hosts: str | None) -> None:
         self.path = os.path.expanduser(known_hosts or "~/.ssh/known_hosts")
 
-    def missing_host_key(self, client, hostname, key) -> None:
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
         client.get_host_keys().add(hostname, key.get_name(), key)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         with open(self.path, "a") as f:
