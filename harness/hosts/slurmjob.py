@@ -154,7 +154,7 @@ class SlurmAttempt(AttemptChannel):
             self._wake.set()
 
     def close(self) -> None:
-        pass
+        pass  # the job took its spec as a file and reads nothing more; an abort is a signal, not a word
 
     def kill(self) -> None:
         """Second Ctrl-C or a broken stream: scancel now (the agent still stops and reverts on TERM)."""
