@@ -188,7 +188,7 @@ PLANTS = [
           "    for sig in (signal.SIGTERM, signal.SIGHUP):\n        signal.signal(sig, signal_as_interrupt)",
           "    pass",
           ("tests/integration/test_cli.py::test_sigterm_or_sighup_stops_reverts_and_keeps_the_cases_already_measured",)),
-    Plant("the login shell interprets the command (plain shlex quoting)", "harness/hosts/transport.py",
+    Plant("the login shell interprets the command (plain shlex quoting)", "harness/hosts/ssh.py",
           "            return remote_command(self.host.python, argv)",
           "            import shlex\n            return shlex.join(argv)",
           ("tests/unit/test_remote_command.py", "tests/integration/test_hosts_other_ways.py::"
@@ -197,7 +197,7 @@ PLANTS = [
           "        if remote in expected and sha256_file(str(directory / local)) != expected[remote]:",
           "        if False:",
           ("tests/unit/test_fetch.py",)),
-    Plant("bastions accept any host key", "harness/hosts/transport.py",
+    Plant("bastions accept any host key", "harness/hosts/ssh.py",
           "            self._check_host_keys(hop.client)\n            hop = hop.gateway",
           "            if hop is conn:\n                self._check_host_keys(hop.client)\n"
           "            hop = hop.gateway",

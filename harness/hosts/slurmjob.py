@@ -1,13 +1,13 @@
-"""A Slurm cluster as a transport: the agent runs as a batch job, and its event file, read through the login
-node, stands in for the agent's stdout.
+"""A Slurm cluster as a target: the agent runs as a batch job, and its event file, read through the login
+node, gives the attempt's events.
 
-`SlurmTransport` does what a host's transport does (run, put, get) on the login node — local when the
-cluster has no `login:` — and `start` returns a `SlurmJob`: the controller writes the spec to it as to any
-agent, which submits the job; `readline` gives the agent's events as they reach the shared storage, with
+`SlurmTransport` does what a host's transport does (run, start, put, get) on the login node — local when the
+cluster has no `login:` — and `attempt` gives a `SlurmAttempt`, the attempt channel of a batch job: the spec
+sent to it is submitted as the job; `receive` gives the agent's events as they reach the shared storage, with
 `JobState` events for what the queue says (PENDING and why, RUNNING where). The agent's final report is the
 truth, passed on only once the job has ended for good: a requeued job's earlier run ends with a report too,
 and that one is dropped when the job starts again. A job that ends without any report gets one made from
-its state (`slurm.final_without_report`). Ctrl-C becomes scancel.
+its state (`slurm.final_without_report`). An abort becomes scancel.
 """
 
 from __future__ import annotations
@@ -18,11 +18,16 @@ import tempfile
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from ..common.protocol import Final, JobState, Spec, Status, encode
-from ..errors import HostError, HostUnreachable
+from ..common.protocol import Event, Final, Hello, JobState, ProtocolError, Spec, Status
+from ..errors import AgentProtocolError, HostError, HostUnreachable
 from ..experiments.config import ClusterHost
+from .channel import AgentExit, AttemptChannel
+from .direct import connect
+from .jsonlines import decode_event_line, spec_json
 from .slurm import (
     SQUEUE_FORMAT,
     JobInfo,
@@ -35,7 +40,7 @@ from .slurm import (
     sbatch_argv,
     time_limit_minutes,
 )
-from .transport import CommandResult, RemoteProcess, Transport, connect
+from .transport import CommandResult, RemoteProcess, Transport
 
 # One round trip per look: the new bytes of the event file and the queue's word on the job, as JSON.
 LOOK = (
@@ -63,7 +68,7 @@ SUBMISSION_REFUSED = "Batch job submission failed"  # sbatch's words when slurmc
 
 
 class SlurmTransport(Transport):
-    def __init__(self, name: str, host: ClusterHost):
+    def __init__(self, name: str, host: ClusterHost) -> None:
         super().__init__(name, host)
         self.cluster = host.cluster
         self.login: Transport = connect(f"{name} (login)", host.cluster.login_host)
@@ -82,21 +87,26 @@ class SlurmTransport(Transport):
         self.login.get(remote, local)
 
     def start(self, argv: list[str]) -> RemoteProcess:
-        return SlurmJob(self, python=argv[0], agent=argv[1])
+        return self.login.start(argv)
+
+    def attempt(self, *, python: str, agent: str) -> SlurmAttempt:
+        """An attempt's channel: the agent at `agent` run by `python` as a batch job, once it gets its spec."""
+        return SlurmAttempt(self, python=python, agent=agent)
 
     def close(self) -> None:
         self.login.close()
 
 
-class SlurmJob(RemoteProcess):
-    """One attempt's batch job, read like the agent's stdout."""
+class SlurmAttempt(AttemptChannel):
+    """One attempt as a batch job: the spec becomes the job's file, the queue's word and the job's event file
+    its events. One thread talks to the login node: the one that calls `receive`."""
 
-    def __init__(self, t: SlurmTransport, *, python: str, agent: str):
+    def __init__(self, t: SlurmTransport, *, python: str, agent: str) -> None:
         self.t = t
         self.python, self.agent = python, agent
         self._stderr: deque[str] = deque(maxlen=200)
-        self._inbox = b""
-        self._lines: deque[bytes] = deque()
+        # In order; a line of the event file that breaks the protocol is raised when `receive` reaches it.
+        self._events: deque[Event | ProtocolError] = deque()
         self._partial = b""
         self._wake = threading.Event()
         self._cancel = threading.Event()
@@ -106,7 +116,7 @@ class SlurmJob(RemoteProcess):
         self._offset = 0
         self._started = False  # the agent said hello
         self._ran = False  # the queue showed it on a node
-        self._held_final: bytes | None = None
+        self._held_final: Final | None = None
         self._ended_at: float | None = None
         self._cancelled = False
         self._finished = False
@@ -115,40 +125,36 @@ class SlurmJob(RemoteProcess):
 
     # ------------------------------------------------------------------ what the runner calls
 
-    def write(self, data: bytes) -> None:
+    def send_spec(self, spec: Spec) -> None:
         if self._finished:
             return
-        if self.job_id is None:  # the first line is the spec: submit
-            self._inbox += data
-            if b"\n" in self._inbox:
-                line, _, self._inbox = self._inbox.partition(b"\n")
-                self._submit(json.loads(line))
-            return
-        for line in data.splitlines():
-            try:
-                cmd = json.loads(line).get("cmd")
-            except (ValueError, AttributeError):
-                continue
-            if cmd == "abort":  # acted on by the reader (one thread talks to the login node)
-                self._cancel.set()
-                self._wake.set()
-            # pings: nothing to answer; the job runs on whether or not anyone listens
+        # The heartbeat is the controller's link to a process; a job runs on whether or not anyone listens.
+        self._submit(replace(spec, heartbeat_timeout_s=None))
 
-    def close_stdin(self) -> None:
-        pass
-
-    def readline(self) -> bytes:
-        while not self._lines:
+    def receive(self) -> Event | None:
+        while not self._events:
             if self._finished:
-                return b""
+                return None
             self._look()
-            if not self._lines and not self._finished:
+            if not self._events and not self._finished:
                 self._wake.wait(self.t.cluster.poll)
                 self._wake.clear()
-        return self._lines.popleft()
+        item = self._events.popleft()
+        if isinstance(item, ProtocolError):
+            self.kill()
+            raise AgentProtocolError(f"the agent on the host speaks another protocol: {item}")
+        return item
 
-    def wait(self, timeout: float | None = None) -> int | None:
-        return 0 if self._finished else None
+    def ping(self, echo: int | None = None) -> None:
+        pass  # nothing to answer: the job runs on whether or not anyone listens, and shares no link to time
+
+    def abort(self) -> None:
+        if not self._finished:  # acted on by the reader (one thread talks to the login node)
+            self._cancel.set()
+            self._wake.set()
+
+    def close(self) -> None:
+        pass  # the job took its spec as a file and reads nothing more; an abort is a signal, not a word
 
     def kill(self) -> None:
         """Second Ctrl-C or a broken stream: scancel now (the agent still stops and reverts on TERM)."""
@@ -156,17 +162,18 @@ class SlurmJob(RemoteProcess):
             self._scancel([])
         self._finished = True
 
+    def exit(self, timeout: float) -> AgentExit:
+        return AgentExit(0 if self._finished else None, "".join(self._stderr))
+
     # ------------------------------------------------------------------ internals
 
-    def _submit(self, spec_data: dict) -> None:
-        spec = Spec.from_dict(spec_data)
-        spec.heartbeat_timeout_s = None
+    def _submit(self, spec: Spec) -> None:
         workdir = self.agent.rsplit("/", 1)[0]
         self.job_dir = f"{workdir}/jobs/{spec.run_id}/{spec.attempt_id}"
         self.t.login.run([self.t.login_python, "-c", MKDIR, self.job_dir])
         with tempfile.TemporaryDirectory(prefix="harness-job-") as tmp:
             spec_file, script = Path(tmp) / "spec.json", Path(tmp) / "job.sh"
-            spec_file.write_text(json.dumps(spec.to_dict()))
+            spec_file.write_text(spec_json(spec))
             script.write_text(batch_script(self.python, self.agent, self.job_dir))
             self.t.login.put(spec_file, f"{self.job_dir}/spec.json")
             self.t.login.put(script, f"{self.job_dir}/job.sh")
@@ -232,7 +239,7 @@ class SlurmJob(RemoteProcess):
             self._ended_at = None
             return
         if self._held_final is not None:
-            self._lines.append(self._held_final)
+            self._events.append(self._held_final)
             self._finished = True
             return
         now = time.monotonic()
@@ -251,25 +258,26 @@ class SlurmJob(RemoteProcess):
             if not line.strip():
                 continue
             try:
-                kind = json.loads(line).get("event")
-            except (ValueError, AttributeError):
-                kind = None
-            if kind == "hello":
+                event = decode_event_line(line)
+            except ProtocolError as exc:
+                self._events.append(exc)
+                continue
+            if isinstance(event, Hello):
                 self._started = True
                 self._held_final = None  # a requeued job started again: its earlier run's report is not the end
-            if kind == "final":
-                self._held_final = line + b"\n"
-                continue
-            self._lines.append(line + b"\n")
+            if isinstance(event, Final):
+                self._held_final = event
+            elif event is not None:
+                self._events.append(event)
 
     def _emit_state(self, note: str | None = None) -> None:
         assert self.info is not None
-        ev = JobState(job_id=self.info.job_id, state=self.info.state, reason=self.info.reason, node=self.info.node,
-                      note=note, login_lost_s=round(self._lost_s, 3) if self._lost_s else None)
-        self._lines.append((json.dumps(encode(ev)) + "\n").encode())
+        self._events.append(JobState(job_id=self.info.job_id, state=self.info.state, reason=self.info.reason,
+                                     node=self.info.node, note=note,
+                                     login_lost_s=round(self._lost_s, 3) if self._lost_s else None))
 
-    def _give_final(self, body: dict) -> None:
-        self._lines.append((json.dumps(encode(Final.from_dict(body))) + "\n").encode())
+    def _give_final(self, body: dict[str, Any]) -> None:
+        self._events.append(Final.from_dict(body))
         self._finished = True
 
     def _login_trouble(self) -> None:
@@ -304,8 +312,7 @@ class SlurmJob(RemoteProcess):
             return ""
 
 
-
-def queued_jobs(name: str, host: ClusterHost) -> list[dict]:
+def queued_jobs(name: str, host: ClusterHost) -> list[dict[str, str | None]]:
     """This harness's jobs on the cluster's repo, as the queue shows them now."""
     with connect(f"{name} (login)", host.cluster.login_host) as login:
         r = login.run(["squeue", "-h", "-n", job_name(host.repo), "-o", SQUEUE_FORMAT], check=False, timeout=60)

@@ -3,7 +3,6 @@ artifacts and write exactly one record — whatever happens, including Ctrl-C an
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -23,22 +22,21 @@ from ..common.protocol import (
     Mode,
     Pong,
     PreflightWarning,
-    ProtocolError,
     Recovering,
     ServerSpec,
     Spec,
     StageChanged,
     Timeouts,
-    decode,
 )
-from ..errors import AgentProtocolError, HarnessError, HostError, HostUnreachable, Interrupted, ResultsError
+from ..errors import AgentProtocolError, HarnessError, HostError, Interrupted, ResultsError
 from ..experiments.config import ClusterHost, HostConfig
 from ..experiments.resolve import Resolved
 from ..experiments.spec import build_spec
+from ..hosts.channel import AttemptChannel
 from ..hosts.shipping import ensure_agent
 from ..hosts.slurm import JobInfo, describe
-from ..hosts.targets import connect
-from ..hosts.transport import RemoteProcess, Transport
+from ..hosts.targets import connect, open_attempt
+from ..hosts.transport import Transport
 from ..masking import attempt_secrets, mask_files, mask_secrets
 from ..results.schemas import Record, SlurmJob, SweepAttempt
 from ..results.store import ResultsStore
@@ -233,11 +231,11 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         reporter.stage(label, "connect")
         transport = transport_factory(host_name, host)
         agent_path = ensure_agent(transport, host)
-        proc = transport.start([host.python, agent_path])
+        channel = open_attempt(transport, host_name, host, agent_path)
         spec.host_name = host_name
         # The clock offset is measured with a round trip; a local agent shares our clock, a Slurm job cannot answer.
         same_clock = host.is_local or isinstance(host, ClusterHost)
-        _follow_agent(proc, spec, follow, reporter, label, same_clock, silence_s=max(6.0, 3 * host.keepalive))
+        _follow_agent(channel, spec, follow, reporter, label, same_clock)
         if follow.final is not None and fetch_into is not None:
             _fetch_artifacts(transport, follow.final, fetch_into)
             mask_files(fetch_into, follow.secrets)  # set by _follow_agent, which a final report implies
@@ -246,15 +244,14 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
             transport.close()
 
 
-def _follow_agent(proc: RemoteProcess, spec: Spec, follow: AgentReport, reporter: Reporter, label: str,
-                  is_local: bool, silence_s: float = 15.0) -> None:
+def _follow_agent(channel: AttemptChannel, spec: Spec, follow: AgentReport, reporter: Reporter, label: str,
+                  is_local: bool) -> None:
     stop_heartbeat = threading.Event()
     interval = max(0.5, (spec.heartbeat_timeout_s or 60) / 10)
-    proc.set_read_timeout(silence_s)  # the agent says "alive" every 2 s: silence means the link is gone
 
     def heartbeat() -> None:
         while not stop_heartbeat.wait(interval):
-            proc.write(b'{"cmd": "ping"}\n')
+            channel.ping()
 
     def watch_cancel() -> None:
         assert follow.cancel is not None
@@ -262,62 +259,48 @@ def _follow_agent(proc: RemoteProcess, spec: Spec, follow: AgentReport, reporter
             if follow.cancel.wait(0.2) and not stop_heartbeat.is_set():
                 follow.interrupted = True
                 reporter.note(label, "cancelled: stopping the server and reverting")
-                proc.write(b'{"cmd": "abort"}\n')
+                channel.abort()
                 return
 
     follow.secrets = attempt_secrets(spec)
-    proc.write((json.dumps(spec.to_dict()) + "\n").encode())
+    channel.send_spec(spec)
     threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     if follow.cancel is not None:
         threading.Thread(target=watch_cancel, name="cancel", daemon=True).start()
     try:
         while True:
             try:
-                line = proc.readline()
+                ev = channel.receive()  # silence: HostUnreachable; another protocol: AgentProtocolError
             except KeyboardInterrupt:
-                _interrupt(proc, follow, reporter, label)
+                _interrupt(channel, follow, reporter, label)
                 continue
-            except TimeoutError:
-                proc.kill()
-                raise HostUnreachable(spec.host_name or "host",
-                                      f"connection lost: no word from the agent for {silence_s:.0f} s (it stops the "
-                                      f"server and reverts by itself when the link or heartbeat is gone)") from None
-            if not line:
+            if ev is None:
                 break
             try:
-                data = json.loads(line)
-            except ValueError:
-                continue  # not ours (a login banner): the agent writes JSON lines only
-            try:
-                ev = decode(data)
-            except ProtocolError as exc:
-                proc.kill()
-                raise AgentProtocolError(f"the agent on the host speaks another protocol: {exc}") from None
-            try:
-                if _on_event(ev, follow, proc, reporter, label, is_local):
+                if _on_event(ev, follow, channel, reporter, label, is_local):
                     break
             except KeyboardInterrupt:
-                _interrupt(proc, follow, reporter, label)
+                _interrupt(channel, follow, reporter, label)
     finally:
         stop_heartbeat.set()
-        proc.close_stdin()
+        channel.close()
     if follow.final is None:
-        rc = proc.wait(timeout=5)
-        tail = proc.stderr_tail().strip()[-2000:]
-        raise AgentProtocolError(f"the agent on the host ended without a final report (exit {rc})"
+        ended = channel.exit(timeout=5)
+        tail = ended.stderr_tail.strip()[-2000:]
+        raise AgentProtocolError(f"the agent on the host ended without a final report (exit {ended.code})"
                                  + (f":\n{tail}" if tail else ""))
 
 
-def _interrupt(proc: RemoteProcess, follow: AgentReport, reporter: Reporter, label: str) -> None:
+def _interrupt(channel: AttemptChannel, follow: AgentReport, reporter: Reporter, label: str) -> None:
     if follow.interrupted:  # second Ctrl-C: drop the channel; the agent's dead man's switch cleans up
-        proc.kill()
+        channel.kill()
         raise Interrupted(f"interrupted twice; the agent on the host stops and reverts {label} by itself")
     follow.interrupted = True
     reporter.note(label, "interrupted: stopping the server and reverting (Ctrl-C again to detach)")
-    proc.write(b'{"cmd": "abort"}\n')
+    channel.abort()
 
 
-def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Reporter, label: str,
+def _on_event(ev: Event, follow: AgentReport, channel: AttemptChannel, reporter: Reporter, label: str,
               is_local: bool) -> bool:
     """Act on one event; True when it was the last (`Final`). Every kind of `protocol.EVENTS` is named."""
     if isinstance(ev, Hello):
@@ -332,7 +315,7 @@ def _on_event(ev: Event, follow: AgentReport, proc: RemoteProcess, reporter: Rep
             follow.job.agent_start_s = round(ev.host_time - follow.job_submitted, 3)
         if not is_local:  # same clock when local; else measure the offset with one round trip
             follow.ping_sent = time.time()
-            proc.write(b'{"cmd": "ping", "echo": 1}\n')
+            channel.ping(echo=1)
     elif isinstance(ev, Pong):
         # NTP-style: the host read its clock about halfway through the round trip.
         follow.clock_offset = ev.host_time - (follow.ping_sent + time.time()) / 2

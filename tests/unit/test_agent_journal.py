@@ -516,7 +516,7 @@ def test_a_recovery_that_cannot_restore_the_tree_is_the_records_revert_unverifie
     from harness.experiments.config import HostConfig, load_experiment
     from harness.experiments.resolve import resolve
     from harness.experiments.spec import build_spec
-    from harness.hosts.transport import connect
+    from harness.hosts.direct import connect
     from harness.run.recording import AgentReport, make_record
     from harness.run.runner import SilentReporter, _recover_after_agent_death
     from tests.conftest import PATCHES, write_experiment

@@ -15,7 +15,8 @@ PURE = ("experiments.backends", "experiments.commands", "results.metrics", "expe
         "triage.signatures", "triage.hints", "errors", "run.resume", "hosts.gpus", "results.schemas", "hosts.slurm",
         "experiments.configerrors", "common.protocol", "common.patchpaths")
 EDGE_PACKAGES = ("cli",)
-EDGE = {"run.runner", "run.scheduler", "hosts.transport", "hosts.slurmjob", "hosts.targets", "run.recording",
+EDGE = {"run.runner", "run.scheduler", "hosts.transport", "hosts.local", "hosts.ssh", "hosts.direct",
+        "hosts.jsonlines", "hosts.slurmjob", "hosts.targets", "run.recording",
         "results.store", "results.compare", "results.plots"}
 
 

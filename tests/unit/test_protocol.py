@@ -11,6 +11,7 @@ import pytest
 from harness.common import protocol
 from harness.common.protocol import EVENTS, PROTOCOL, Final, ProtocolError, Spec, decode, encode
 from harness.errors import AgentProtocolError
+from harness.hosts.jsonlines import JsonLinesChannel
 from harness.hosts.transport import RemoteProcess
 from harness.run.recording import AgentReport
 from harness.run.runner import SilentReporter, _follow_agent
@@ -117,7 +118,7 @@ def test_controller_follows_a_well_formed_agent_to_its_final_report():
                            line(protocol.BenchResult(case="b", repeat=0, result={"output_throughput": 1.0})),
                            line(Final(status="ok"))])
     follow = AgentReport()
-    _follow_agent(agent, spec_obj(), follow, SilentReporter(), "x", is_local=True)
+    _follow_agent(JsonLinesChannel(agent, "box"), spec_obj(), follow, SilentReporter(), "x", is_local=True)
     assert follow.final is not None and follow.final["status"] == "ok"
     assert follow.bench_rows == {"b": [{"output_throughput": 1.0}]}
     sent = json.loads(agent.written[0])
@@ -127,11 +128,11 @@ def test_controller_follows_a_well_formed_agent_to_its_final_report():
 def test_controller_refuses_an_agent_that_sends_an_unknown_event():
     agent = ScriptedAgent([line(protocol.Hello()), b'{"event": "telepathy", "t": 0}\n', line(Final())])
     with pytest.raises(AgentProtocolError, match="telepathy"):
-        _follow_agent(agent, spec_obj(), AgentReport(), SilentReporter(), "x", is_local=True)
+        _follow_agent(JsonLinesChannel(agent, "box"), spec_obj(), AgentReport(), SilentReporter(), "x", is_local=True)
     assert agent.killed.is_set()
 
 
 def test_controller_says_so_when_the_agent_ends_without_a_final_report():
     agent = ScriptedAgent([line(protocol.Hello())])
     with pytest.raises(AgentProtocolError, match="without a final report"):
-        _follow_agent(agent, spec_obj(), AgentReport(), SilentReporter(), "x", is_local=True)
+        _follow_agent(JsonLinesChannel(agent, "box"), spec_obj(), AgentReport(), SilentReporter(), "x", is_local=True)

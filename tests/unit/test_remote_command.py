@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.hosts.transport import remote_command
+from harness.hosts.ssh import remote_command
 
 SHELLS = ["sh", "bash", "zsh", "csh", "tcsh", "fish"]
 NASTY = ["it's", 'say "hi"', "a\\b", "!!", "$HOME", "`id`", "*", "~", "; rm -rf /", "line\nbreak", "tab\there",

@@ -165,7 +165,7 @@ def test_ssh_transport_command_gives_the_remote_shell_back_each_argv_element_unc
     # must reach the program as exactly that one argument.
     if shutil.which(shell) is None:
         pytest.skip(f"no {shell} here")
-    from harness.hosts.transport import SSHTransport
+    from harness.hosts.ssh import SSHTransport
 
     chan = _RecordingChannel()
     transport = SSHTransport.__new__(SSHTransport)  # no connection: only the command line is under test
