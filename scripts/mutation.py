@@ -113,11 +113,11 @@ AGENT_TREE = "tests/unit/test_agent_tree.py"
 PROMISES = "tests/integration/test_promises_agent.py"
 PLANTS = [
     Plant("revert check forced to verified=True", "harness/agent/tree.py",
-          'verified = digest(after) == journal["tree_before"]', "verified = True",
+          'verified = digest(after) == journal.tree_before', "verified = True",
           (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
            f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
     Plant("cleanup ignores an unverified revert", "harness/agent/attempt.py",
-          'if not revert["verified"] and self.result["status"] == Status.OK.value:', "if False:",
+          'if not revert.verified and self.result.status == Status.OK:', "if False:",
           (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
            f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
     Plant("directories created by a patch set never removed", "harness/agent/tree.py",
