@@ -157,6 +157,26 @@ def test_records_and_the_final_report_share_the_one_status_type():
     assert {f.name: f.type for f in fields(Final)}["status"] == "Status"
 
 
+def test_every_typed_part_is_declared_nested_so_it_is_built_on_decode():
+    """A field typed with a message or an enum but missing from its class's NESTED would arrive as a plain dict
+    or string: the drift this test catches."""
+    import re
+    from enum import Enum
+
+    typed = {name: obj for name, obj in vars(protocol).items()
+             if isinstance(obj, type) and (issubclass(obj, protocol.Message) or issubclass(obj, Enum))
+             and obj not in (protocol.Message, protocol.Event)}
+    missing = []
+    for cls in typed.values():
+        if not issubclass(cls, protocol.Message):
+            continue
+        for f in fields(cls):
+            named = set(re.findall(r"\w+", str(f.type))) & set(typed) - {"Mode"}  # Spec.mode stays a str
+            if named and f.name not in cls.NESTED:
+                missing.append(f"{cls.__name__}.{f.name}")
+    assert missing == []
+
+
 PREVIOUS_AGENTS_JOURNAL = {  # exactly what the agent of protocol 4 wrote (.git/harness/journal.json)
     "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "version": 3, "agent_pid": 4242, "repo": "/srv/sglang",
     "base_commit": "c" * 40, "tree_before": "d" * 64, "dirty_before": ["notes.txt"], "restore": ["pkg/x.py"],
