@@ -113,11 +113,11 @@ AGENT_TREE = "tests/unit/test_agent_tree.py"
 PROMISES = "tests/integration/test_promises_agent.py"
 PLANTS = [
     Plant("revert check forced to verified=True", "harness/agent/tree.py",
-          'verified = digest(after) == journal["tree_before"]', "verified = True",
+          'verified = digest(after) == journal.tree_before', "verified = True",
           (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
            f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
     Plant("cleanup ignores an unverified revert", "harness/agent/attempt.py",
-          'if not revert["verified"] and self.result["status"] == Status.OK.value:', "if False:",
+          'if not revert.verified and self.result.status == Status.OK:', "if False:",
           (f"{AGENT_TREE}::test_files_created_in_the_tree_while_patched_make_the_revert_unverified",
            f"{PROMISES}::test_unverifiable_revert_is_reported_keeps_the_journal_and_next_attempt_refuses_changing_nothing")),
     Plant("directories created by a patch set never removed", "harness/agent/tree.py",
@@ -168,7 +168,7 @@ PLANTS = [
     Plant("the bytes saved before applying are not put back (git's filters decide)", "harness/agent/tree.py",
           "            if backup:\n                copy_raw(", "            if False:\n                copy_raw(",
           ("tests/integration/test_patch_shapes.py::test_autocrlf_on_the_host_does_not_fool_the_revert_check",)),
-    Plant("the check compares git's filtered view instead of raw bytes", "harness/agent/tree.py",
+    Plant("the check compares git's filtered view instead of raw bytes", "harness/agent/treescan.py",
           '    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", sha256_file(path))',
           '    return "file:%s:%s" % ("x" if st.st_mode & 0o111 else "-", hashlib.sha256(open(path, "rb").read()'
           '.replace(b"\\r\\n", b"\\n")).hexdigest())',

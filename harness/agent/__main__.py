@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from ..common.protocol import PROTOCOL, Final, ProtocolError, Spec
+from ..common.protocol import PROTOCOL, Final, ProtocolError, Spec, Status
 from .link import Link
 from .procs import become_subreaper
 from .serve import say_hello, serve
@@ -27,7 +27,8 @@ def main() -> int:
     try:
         spec: Spec = link.read_spec()
     except (ProtocolError, ValueError) as exc:
-        link.send(Final(status="infra-error", error="agent (protocol %d) cannot read the spec: %s" % (PROTOCOL, exc)))
+        link.send(Final(status=Status.INFRA_ERROR, error="agent (protocol %d) cannot read the spec: %s"
+                        % (PROTOCOL, exc)))
         return 3
     say_hello(link)
     link.watch_stdin()

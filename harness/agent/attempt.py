@@ -11,11 +11,25 @@ import time
 import traceback
 from typing import Any, Optional
 
-from ..common.protocol import Mode, PreflightWarning, Ready, Recovering, Spec, StageChanged, Status
+from ..common.protocol import (
+    ChangedPaths,
+    Final,
+    Journal,
+    JournalServer,
+    LockHolder,
+    Mode,
+    PreflightWarning,
+    Ready,
+    Recovering,
+    RecoveryReport,
+    Spec,
+    StageChanged,
+    Status,
+)
 from ..common.targetid import read_server_version, target_identity
 from . import watchdog
 from .bench import Load
-from .errors import Aborted, StageFailed, abort_message
+from .errors import Aborted, FailureFacts, StageFailed, abort_message
 from .gpu import query_gpus, wait_gpu_release
 from .link import Link
 from .lock import RepoLock
@@ -24,7 +38,7 @@ from .profiling import Capture
 from .server import Server
 from .status import stop_recorded_server
 from .target import choose_variants, fit_problems, read_package_version
-from .tree import UNVERIFIED, Journal, Tree
+from .tree import UNVERIFIED, Tree
 
 
 class Attempt:
@@ -42,7 +56,7 @@ class Attempt:
         self.patches, self.files = spec.patches, spec.files  # narrowed to the host's variants in preflight
         self.server: Optional[Server] = None
         self.timings: dict[str, float] = {}
-        self.result: dict[str, Any] = {"status": Status.OK.value, "error": None}
+        self.result = Final(status=Status.OK)  # filled in stage by stage; sent as the final report
         self._stage: Optional[str] = None
         self._stage_t = 0.0
         self.t_start = time.monotonic()
@@ -65,7 +79,7 @@ class Attempt:
         """Between and inside stages: the budget, the controller's heartbeat, an abort on the link."""
         deadline = self.spec.deadline_s
         if deadline and time.monotonic() - self.t_start > float(deadline) and not self.link.abort_reason:
-            self.result["budget_exceeded"] = True
+            self.result.budget_exceeded = True
             self.link.abort("the attempt's time budget of %ss is spent" % deadline)
         hb = self.spec.heartbeat_timeout_s
         if hb and time.monotonic() - self.link.last_heard > hb:
@@ -90,18 +104,22 @@ class Attempt:
         if isinstance(exc, StageFailed) and self.link.abort_reason and self.link.abort_reason.startswith("signal "):
             # The stop signal reached the whole process tree (scancel, a job's end, a closed terminal): what failed
             # meanwhile — a benchmark client killed by the same signal — is its consequence, not a result.
-            self.result.update(status=Status.ABORTED.value, error="%s (meanwhile: %s)" % (
-                abort_message(self.link.abort_reason), exc.message.strip()))
+            self._end(Status.ABORTED, "%s (meanwhile: %s)" % (abort_message(self.link.abort_reason),
+                                                              exc.message.strip()))
         elif isinstance(exc, Aborted):
-            self.result.update(status=Status.ABORTED.value, error=abort_message(str(exc)))
+            self._end(Status.ABORTED, abort_message(str(exc)))
         elif isinstance(exc, StageFailed):
-            self.result.update(status=exc.status, error=exc.message, **exc.details)
+            self._end(exc.status, exc.message)
+            exc.facts.record_in(self.result)
         else:
-            self.result.update(status=Status.INFRA_ERROR.value, error="agent error:\n" + traceback.format_exc())
+            self._end(Status.INFRA_ERROR, "agent error:\n" + traceback.format_exc())
+
+    def _end(self, status: Status, error: str) -> None:
+        self.result.status, self.result.error = status, error
 
     # ------------------------------------------------------------------ the sequences
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Final:
         t0 = self.t_start = time.monotonic()
         try:
             self.stage("lock")
@@ -141,7 +159,7 @@ class Attempt:
             self.timings["total_s"] = round(time.monotonic() - t0, 4)
         return self.result
 
-    def recover(self) -> dict[str, Any]:
+    def recover(self) -> Final:
         """On demand: take the lock, and if a journal is left, stop its server and restore the tree."""
         t0 = time.monotonic()
         try:
@@ -149,8 +167,8 @@ class Attempt:
             self.take_lock()
             self.stage("recover")
             if not self.recover_leftover_journal():
-                self.result["recovered"] = watchdog.last_report(self.tree)
-                self.result["message"] = "no journal: nothing to recover"
+                self.result.recovered = watchdog.last_report(self.tree)
+                self.result.message = "no journal: nothing to recover"
         except Exception as exc:
             self.fail(exc)
         finally:
@@ -164,22 +182,22 @@ class Attempt:
         try:
             if self.server is not None and self.server.proc is not None:
                 self.stage("stop")
-                self.result["stop"] = self.server.stop()
+                self.result.server.stop = self.server.stop()
             if self.journal is not None:
                 self.stage("revert")
                 revert = self.tree.revert(self.journal)
-                self.result["revert"] = revert
-                if revert["verified"]:
+                self.result.revert = revert
+                if revert.verified:
                     self.journal = None
                 else:
                     # This agent did its own cleanup; the kept journal is for the next preflight, not for
                     # the watchdog (which would otherwise take it for a dead agent's and race that preflight).
-                    self.journal["state"] = UNVERIFIED
+                    self.journal.state = UNVERIFIED
                     self.tree.save(self.journal)
-                if not revert["verified"] and self.result["status"] == Status.OK.value:
-                    self.result.update(status=Status.INFRA_ERROR.value, error="revert could not be verified")
+                if not revert.verified and self.result.status == Status.OK:
+                    self._end(Status.INFRA_ERROR, "revert could not be verified")
         except Exception:
-            self.result.update(status=Status.INFRA_ERROR.value, error="cleanup failed:\n" + traceback.format_exc())
+            self._end(Status.INFRA_ERROR, "cleanup failed:\n" + traceback.format_exc())
         finally:
             self.stage(None)
             self.release_lock()
@@ -189,7 +207,7 @@ class Attempt:
     def take_lock(self) -> None:
         harness_dir = self.tree.open()
         self.lock = RepoLock(harness_dir)
-        self.lock.acquire(self.repo, {"run_id": self.spec.run_id, "attempt_id": self.spec.attempt_id},
+        self.lock.acquire(self.repo, LockHolder(run_id=self.spec.run_id, attempt_id=self.spec.attempt_id),
                           float(self.spec.lock_wait_s or 0), self._wait_tick)
 
     def _wait_tick(self) -> None:
@@ -210,35 +228,35 @@ class Attempt:
         stopped = stop_recorded_server(journal, float(self.spec.timeouts.stop_grace), self.server_env(),
                                        float(self.spec.timeouts.gpu_release))
         revert = self.tree.revert(journal)
-        self.result["recovered"] = {"journal": journal, "stop": stopped, "revert": revert, "by": "recover"}
-        watchdog.save_report(self.tree, self.result["recovered"])
-        if not revert["verified"]:
-            raise StageFailed("preflight-failed",
+        self.result.recovered = RecoveryReport(journal=journal, stop=stopped, revert=revert, by="recover")
+        watchdog.save_report(self.tree, self.result.recovered)
+        if not revert.verified:
+            raise StageFailed(Status.PREFLIGHT_FAILED,
                               "found the journal of an interrupted attempt (%s) and could not restore the "
-                              "tree exactly; changed paths: %s" % (journal.get("attempt_id"),
-                                                                    ", ".join(revert["diff"][:20])))
-        if stopped.get("gpu_dirty"):
-            raise StageFailed("preflight-failed", "the interrupted attempt's server still holds GPU memory after "
-                              "recovery: %s" % stopped["gpu_dirty"], gpu_dirty=stopped["gpu_dirty"])
+                              "tree exactly; changed paths: %s" % (journal.attempt_id, ", ".join(revert.diff[:20])))
+        if stopped.gpu_dirty:
+            raise StageFailed(Status.PREFLIGHT_FAILED, "the interrupted attempt's server still holds GPU memory after "
+                              "recovery: %s" % stopped.gpu_dirty, FailureFacts(gpu_dirty=stopped.gpu_dirty))
         return True
 
     def preflight(self) -> dict[str, Any]:
         """Everything that can refuse the attempt, before anything changes on the host."""
+        facts = self.result.preflight
         os.makedirs(self.attempt_dir, exist_ok=True)
         head = self.tree.head()
-        self.result["base_commit"] = head
+        facts.base_commit = head
         self.tree.check_base(self.spec.base_ref, head)
-        self.result["server_version"] = read_server_version(self.repo)
+        facts.server_version = read_server_version(self.repo)
         self.patches, self.files, chosen, problems = choose_variants(self.spec.patches, self.spec.files,
                                                                      target_identity(self.repo))
         if chosen:
-            self.result["patch_variants"] = chosen
+            facts.patch_variants = chosen
         if problems:
-            raise StageFailed("preflight-failed", "; ".join(problems))
+            raise StageFailed(Status.PREFLIGHT_FAILED, "; ".join(problems))
         if self.spec.server.argv:
-            self.result["flashinfer_version"] = read_package_version(str(self.spec.server.argv[0]),
-                                                                     self.server_env(), "flashinfer-python")
-        self.result["gpus"] = query_gpus(self.server_env())
+            facts.flashinfer_version = read_package_version(str(self.spec.server.argv[0]), self.server_env(),
+                                                            "flashinfer-python")
+        facts.gpus = query_gpus(self.server_env())
         self._check_gpus_released()
         dirty_before, _ = self.tree.dirty_paths(self.spec.allow_dirty)
         self._choose_port()
@@ -251,52 +269,55 @@ class Attempt:
     def _check_gpus_released(self) -> None:
         """A recovered server whose GPU memory is still held (a stuck CUDA context) would make this attempt
         die of a false out-of-memory: refuse instead, naming what holds it."""
-        report = watchdog.last_report(self.tree) or {}
-        dirty = (report.get("stop") or {}).get("gpu_dirty") or {}
+        report = watchdog.last_report(self.tree)
+        dirty = report.stop.gpu_dirty if report is not None else None
         if not dirty:
             return
         held = wait_gpu_release([int(p) for p in dirty], self.server_env(), float(self.spec.timeouts.gpu_release))
         if held:
-            raise StageFailed("preflight-failed", "GPU memory of an interrupted attempt's server (%s) is still held "
-                              "by pids %s; free it (or reset the GPUs) before the next attempt"
-                              % ((report.get("journal") or {}).get("attempt_id"), ", ".join(sorted(held))),
-                              gpu_dirty=held)
+            raise StageFailed(Status.PREFLIGHT_FAILED, "GPU memory of an interrupted attempt's server (%s) is still "
+                              "held by pids %s; free it (or reset the GPUs) before the next attempt"
+                              % (report.journal.attempt_id if report else None, ", ".join(sorted(held))),
+                              FailureFacts(gpu_dirty=held))
 
     def _choose_port(self) -> None:
         srv = self.spec.server
         if srv.port == "auto":
             srv.port = pick_free_port(srv.host)
-            self.result["port"] = srv.port
+            self.result.preflight.port = srv.port
         elif not port_free(srv.host, int(srv.port)):
-            raise StageFailed("preflight-failed", "port %s is already in use on the host (set `port: auto` in the "
-                              "experiment to let the harness pick a free one)" % srv.port, port_in_use=srv.port)
+            raise StageFailed(Status.PREFLIGHT_FAILED, "port %s is already in use on the host (set `port: auto` in "
+                              "the experiment to let the harness pick a free one)" % srv.port,
+                              FailureFacts(port_in_use=int(srv.port)))
 
     def _check_target_fits(self) -> None:
         """With `expect: crash` it runs anyway (to reproduce a failure on purpose), with warnings."""
-        problems = fit_problems(self.spec.requirements, self.repo, self.result.get("gpus"),
-                                self.result.get("server_version"), self.patches, self.result)
+        facts = self.result.preflight
+        problems = fit_problems(self.spec.requirements, self.repo, facts.gpus, facts.server_version, self.patches,
+                                facts)
         if not problems:
             return
         if self.spec.expect == "crash":
-            self.result["preflight_warnings"] = problems
+            facts.warnings = problems
             self.link.send(PreflightWarning(problems=problems))
         else:
-            raise StageFailed("preflight-failed", "cannot run here: " + "; ".join(problems), cannot_run=problems)
+            raise StageFailed(Status.PREFLIGHT_FAILED, "cannot run here: " + "; ".join(problems),
+                              FailureFacts(cannot_run=problems))
 
     def apply(self, plan: dict[str, Any]) -> None:
-        identity = {"run_id": self.spec.run_id, "attempt_id": self.spec.attempt_id, "marker": self.marker}
-        self.journal = self.tree.new_journal(identity, plan["base"], plan["dirty_before"], plan)
+        self.journal = self.tree.new_journal(self.spec.run_id, self.spec.attempt_id, self.marker, plan["base"],
+                                             plan["dirty_before"], plan)
         self.tree.apply(self.journal, plan)
-        self.result["changed_paths"] = {"restore": self.journal["restore"], "delete": self.journal["delete"]}
+        self.result.patch.changed_paths = ChangedPaths(restore=self.journal.restore, delete=self.journal.delete)
 
     def compile_changed(self) -> None:
         """Every patched or new .py file must at least compile (syntax) under the host's Python."""
         assert self.journal is not None
         paths, errors = self.tree.compile_errors(self.journal)
-        self.result["compiled"] = paths
+        self.result.patch.compiled = paths
         if errors:
-            raise StageFailed("apply-failed", "patched files do not compile:\n" + "\n".join(errors),
-                              compile_errors=errors)
+            raise StageFailed(Status.APPLY_FAILED, "patched files do not compile:\n" + "\n".join(errors),
+                              FailureFacts(compile_errors=errors))
 
     def launch(self) -> None:
         assert self.journal is not None
@@ -309,6 +330,6 @@ class Attempt:
     def _journal_server(self, pid: int, pgid: int, start: Optional[int]) -> None:
         """Before anything else happens: a killed agent's successor must know which server to stop."""
         assert self.journal is not None
-        self.journal["server"] = {"pid": pid, "pgid": pgid, "start": start}
-        self.journal["state"] = "running"
+        self.journal.server = JournalServer(pid=pid, pgid=pgid, start=start)
+        self.journal.state = "running"
         self.tree.save(self.journal)

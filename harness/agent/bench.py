@@ -11,9 +11,8 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
 
-from ..common.protocol import BenchCase, BenchResult, BenchStarted, Spec
+from ..common.protocol import BenchCase, BenchResult, BenchStarted, Final, Spec, Status
 from .errors import StageFailed
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link
@@ -23,7 +22,7 @@ from .server import Server
 
 class Load:
     def __init__(self, spec: Spec, link: Link, server: Server, attempt_dir: str, env: dict[str, str],
-                 check_abort: Callable[[], None], facts: dict[str, Any]) -> None:
+                 check_abort: Callable[[], None], facts: Final) -> None:
         self.spec = spec
         self.link = link
         self.server = server
@@ -39,7 +38,7 @@ class Load:
         for case in self.spec.bench:
             out = os.path.join(self.attempt_dir, "bench-%s.jsonl" % case.name)
             self.bench_files[case.name] = out
-            self.facts["bench_files"] = self.bench_files  # fetched back even when the case fails
+            self.facts.bench.files = self.bench_files  # fetched back even when the case fails
             for rep in range(int(case.repeats)):
                 self._run_case(case, rep, out)
         return round(time.monotonic() - t0, 4)
@@ -52,10 +51,10 @@ class Load:
         returncode = self.run_client(case.name, argv, logp)
         tail = read_tail(logp, 3000)
         if returncode != 0:
-            raise StageFailed("bench-failed", "benchmark case %s exited %s:\n%s" % (case.name, returncode, tail))
+            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s exited %s:\n%s" % (case.name, returncode, tail))
         new = read_jsonl(out)[lines_before:]
         if not new:
-            raise StageFailed("bench-failed", "benchmark case %s wrote no result line to its --output-file:\n%s"
+            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s wrote no result line to its --output-file:\n%s"
                               % (case.name, tail))
         self.link.send(BenchResult(case=case.name, repeat=rep, result=new[-1]))
 
@@ -76,7 +75,7 @@ class Load:
                 self.check_abort()
                 self.server.watch("serving")
                 if time.monotonic() > deadline:
-                    raise StageFailed("bench-failed", "benchmark case %s did not finish within %ss"
+                    raise StageFailed(Status.BENCH_FAILED, "benchmark case %s did not finish within %ss"
                                       % (name, self.spec.timeouts.bench))
                 self.link.wake.wait(TICK_S)
                 self.link.wake.clear()

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Optional
 
+from ..common.protocol import GpuInfo
 from .hostio import run
 
 
@@ -24,7 +25,7 @@ def _smi(env: Mapping[str, str], query: str) -> Optional[list[list[str]]]:
     return [[x.strip() for x in line.split(",")] for line in p.stdout.decode(errors="replace").splitlines()]
 
 
-def query_gpus(env: Mapping[str, str]) -> Optional[list[dict[str, str]]]:
+def query_gpus(env: Mapping[str, str]) -> Optional[list[GpuInfo]]:
     """One entry per GPU the server would see (index, uuid, name, compute_cap, memory); None without
     nvidia-smi."""
     rows = _smi(env, "--query-gpu=index,uuid,name,compute_cap,memory.total,memory.used")
@@ -32,7 +33,7 @@ def query_gpus(env: Mapping[str, str]) -> Optional[list[dict[str, str]]]:
         return None
     gpus = [{"index": r[0], "uuid": r[1], "name": r[2], "compute_cap": r[3], "memory_total_mib": r[4],
              "memory_used_mib": r[5]} for r in rows if len(r) >= 6]
-    return visible_gpus(gpus, env.get("CUDA_VISIBLE_DEVICES"))
+    return [GpuInfo(**g) for g in visible_gpus(gpus, env.get("CUDA_VISIBLE_DEVICES"))]
 
 
 def visible_gpus(gpus: list[dict[str, str]], cuda_visible_devices: Optional[str]) -> list[dict[str, str]]:

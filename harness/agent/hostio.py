@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
 
 from ..common.filehash import sha256_file
@@ -86,3 +87,21 @@ def file_hashes(root: str, skip: tuple[str, ...] = ()) -> dict[str, str]:
             if not os.path.islink(path) and os.path.isfile(path):
                 out[path] = sha256_file(path)
     return out
+
+
+def deepest_first(dirs: Iterable[str]) -> list[str]:
+    """Folders in the order they can be removed: each after every folder inside it."""
+    return sorted(dirs, key=lambda d: (-d.count("/"), d))
+
+
+def copy_raw(src: str, dst: str) -> None:
+    """Copy a file or symlink as it is (bytes, mode, link target); a missing source copies nothing."""
+    if not os.path.lexists(src):
+        return
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if os.path.islink(dst) or (os.path.lexists(dst) and not os.path.isdir(dst)):
+        os.remove(dst)
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    else:
+        shutil.copy2(src, dst)

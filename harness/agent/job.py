@@ -14,7 +14,7 @@ import os
 import signal
 from typing import Dict, Optional
 
-from ..common.protocol import PROTOCOL, Final, ProtocolError, Spec
+from ..common.protocol import PROTOCOL, Final, ProtocolError, Spec, Status
 from .link import Link
 from .procs import become_subreaper
 from .serve import say_hello, serve
@@ -36,7 +36,7 @@ def run_job(job_dir: str) -> int:
         with open(os.path.join(job_dir, SPEC), encoding="utf-8") as f:
             spec = Spec.decode(json.load(f))
     except (OSError, ProtocolError, ValueError) as exc:
-        link.send(Final(status="infra-error", error="agent (protocol %d) cannot read the job's spec: %s"
+        link.send(Final(status=Status.INFRA_ERROR, error="agent (protocol %d) cannot read the job's spec: %s"
                         % (PROTOCOL, exc)))
         return 3
     spec.heartbeat_timeout_s = None  # no controller on the line: the job's own limits and signals govern

@@ -7,9 +7,10 @@ import fcntl
 import os
 import time
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
-from .errors import StageFailed
+from ..common.protocol import LockHolder, LockState, Status
+from .errors import FailureFacts, StageFailed
 from .hostio import read_json, write_json_atomic
 
 
@@ -19,7 +20,7 @@ class RepoLock:
         self.holder_path = self.path + ".json"
         self._fd: Optional[int] = None
 
-    def acquire(self, repo: str, holder: dict[str, Any], wait_s: float, tick: Callable[[], None]) -> None:
+    def acquire(self, repo: str, holder: LockHolder, wait_s: float, tick: Callable[[], None]) -> None:
         """Take the lock, waiting up to `wait_s` (calling `tick` between tries); else say who holds it."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + wait_s
@@ -35,21 +36,24 @@ class RepoLock:
                 os.close(fd)
                 other = self.holder()
                 raise StageFailed(
-                    "infra-error",
+                    Status.INFRA_ERROR,
                     "target repo %s is locked by run %s attempt %s (agent pid %s on this host) since %s"
-                    % (repo, other.get("run_id", "?"), other.get("attempt_id", "?"), other.get("pid", "?"),
-                       other.get("since", "?")),
-                    locked_by=other)
+                    % (repo, _or_unknown(other.run_id), _or_unknown(other.attempt_id), _or_unknown(other.pid),
+                       _or_unknown(other.since)),
+                    facts=FailureFacts(locked_by=other))
             tick()
         self._fd = fd
-        write_json_atomic(self.holder_path, dict(holder, pid=os.getpid(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z")))
+        mine = LockHolder(run_id=holder.run_id, attempt_id=holder.attempt_id, pid=os.getpid(),
+                          since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        write_json_atomic(self.holder_path, mine.to_dict())
 
-    def holder(self) -> dict[str, Any]:
+    def holder(self) -> LockHolder:
+        """Who holds it, as its `lock.json` says (any harness version's: read leniently)."""
         try:
             data = read_json(self.holder_path)
-            return data if isinstance(data, dict) else {}
+            return LockHolder.from_disk(data) if isinstance(data, dict) else LockHolder()
         except (OSError, ValueError):
-            return {}
+            return LockHolder()
 
     def release(self) -> None:
         if self._fd is not None:
@@ -60,18 +64,23 @@ class RepoLock:
             os.close(self._fd)
             self._fd = None
 
-    def probe(self) -> dict[str, Any]:
+    def probe(self) -> LockState:
         """For `harness status`: is it held, and by whom (without taking it)?"""
-        state: dict[str, Any] = {"held": False}
         if not os.path.exists(self.path):
-            return state
+            return LockState(held=False)
+        state = LockState(held=False)
         fd = os.open(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
-            state["held"] = True
-            state.update(self.holder())
+            other = self.holder()
+            state = LockState(held=True, run_id=other.run_id, attempt_id=other.attempt_id, pid=other.pid,
+                              since=other.since)
         finally:
             os.close(fd)
         return state
+
+
+def _or_unknown(value: object) -> str:
+    return "?" if value is None else str(value)

@@ -12,7 +12,7 @@ import base64
 import os
 import tempfile
 
-from ..common.protocol import FileEntry
+from ..common.protocol import FileEntry, Status
 from .errors import StageFailed
 
 
@@ -31,7 +31,7 @@ def check_folders(repo: str, entry: FileEntry) -> None:
         path = os.path.join(repo, parent)
         if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
             what = "a symbolic link" if os.path.islink(path) else "a file"
-            raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written: %s in %s is %s, not a "
+            raise StageFailed(Status.APPLY_FAILED, "patch set %s: files/%s cannot be written: %s in %s is %s, not a "
                               "folder; fix that path in the patch set's files/ tree"
                               % (entry.set, entry.path, parent, repo, what))
 
@@ -52,5 +52,5 @@ def write_file(repo: str, entry: FileEntry) -> None:
     except OSError as exc:
         if tmp is not None:
             os.unlink(tmp)
-        raise StageFailed("apply-failed", "patch set %s: files/%s cannot be written in %s: %s; fix the patch "
+        raise StageFailed(Status.APPLY_FAILED, "patch set %s: files/%s cannot be written in %s: %s; fix the patch "
                           "set's files/ tree" % (entry.set, entry.path, repo, exc.strerror or exc)) from None

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable
 from typing import Optional
 
+from ..common.protocol import StopReport
+
 MARKER_ENV = "HARNESS_ATTEMPT"
 TICK_S = 0.05
 # Children this agent started on purpose (the server, benchmark clients, its watchdog): never orphans.
@@ -123,10 +125,10 @@ def kill_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace: float) -> dict[str, object]:
+def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace: float) -> StopReport:
     """TERM the group, wait `grace`, KILL it, then end any marked straggler by pid; confirm all gone."""
     t0 = time.monotonic()
-    info: dict[str, object] = {"signal": None, "stragglers": [], "left": []}
+    info = StopReport(signal=None, stragglers=[], left=[])
 
     def alive() -> list[int]:
         reap_adopted(exclude=(popen.pid,) if popen is not None else ())
@@ -162,10 +164,10 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
 
     outside: set[int] = set()  # ended although outside the group: marked stragglers, orphans
     if alive():
-        info["signal"] = "TERM"
+        info.signal = "TERM"
         signal_all(signal.SIGTERM)
         if not wait_gone(grace):
-            info["signal"] = "KILL"
+            info.signal = "KILL"
             signal_all(signal.SIGKILL)
             wait_gone(5.0)
     # Escaped the group (setsid) but carries our marker; or carries nothing but was re-parented to us (only
@@ -178,10 +180,10 @@ def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    info["stragglers"] = sorted(outside.union(stragglers))
+    info.stragglers = sorted(outside.union(stragglers))
     wait_gone(5.0)
-    info["left"] = alive()
-    info["stop_s"] = round(time.monotonic() - t0, 4)
+    info.left = alive()
+    info.stop_s = round(time.monotonic() - t0, 4)
     return info
 
 

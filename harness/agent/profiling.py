@@ -94,19 +94,19 @@ class Capture:
 
     def run(self) -> None:
         """Never raises: the traces go into `profile_files`, anything else into `profile_error`."""
-        facts = self.load.facts
+        facts = self.load.facts.bench
         self.t0 = time.monotonic()
         self.deadline = self.t0 + float(self.p.timeout)
         try:
-            facts["profile_files"] = self._capture()
+            facts.profile_files = self._capture()
         except ProfileFailed as exc:
-            facts["profile_error"] = str(exc)
+            facts.profile_error = str(exc)
         except Aborted as exc:  # the benchmark is done and stays the result; the attempt goes on to stop
-            facts["profile_error"] = "the profile stage was stopped after %.0fs: %s" % (self._elapsed(), exc)
+            facts.profile_error = "the profile stage was stopped after %.0fs: %s" % (self._elapsed(), exc)
         except StageFailed as exc:  # the server died or hung while profiling
-            facts["profile_error"] = "%s (profiling for %.0fs)" % (exc.message, self._elapsed())
+            facts.profile_error = "%s (profiling for %.0fs)" % (exc.message, self._elapsed())
         except Exception as exc:  # even a bug here leaves the benchmark's result alone
-            facts["profile_error"] = "profiling failed: %s: %s" % (type(exc).__name__, exc)
+            facts.profile_error = "profiling failed: %s: %s" % (type(exc).__name__, exc)
         finally:
             self._end_load()
 

@@ -8,30 +8,30 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
-from ..common.protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec
+from ..common.protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec, Status
 from .attempt import Attempt
 from .hostio import file_hashes
 from .link import Link
 from .status import host_status
 
 
-def final_report(result: dict[str, Any], attempt: Optional[Attempt] = None, link: Optional[Link] = None) -> Final:
-    """The result as the typed final event; a key `Final` does not declare is a bug here, not data."""
-    body = dict(result)
+def final_report(result: Final, attempt: Optional[Attempt] = None, link: Optional[Link] = None) -> Final:
+    """The result as the final event, checked to cross the link as it is: what does not is a bug here, not data."""
+    body = result
     if attempt is not None:
-        body["artifacts"] = file_hashes(attempt.attempt_dir, skip=("patches",))
-        body["timings"] = attempt.timings
-        body["attempt_dir"] = attempt.attempt_dir
-        body["server_log"] = attempt.log_path if os.path.exists(attempt.log_path) else None
+        body.artifacts = file_hashes(attempt.attempt_dir, skip=("patches",))
+        body.timings = attempt.timings
+        body.attempt_dir = attempt.attempt_dir
+        body.server.log = attempt.log_path if os.path.exists(attempt.log_path) else None
     if link is not None:
-        body["abort_reason"] = link.abort_reason
+        body.abort_reason = link.abort_reason
     try:
-        return Final.from_dict(json.loads(json.dumps(body, default=str)))
-    except ProtocolError as exc:  # a bug in the agent: still end with a final report, saying so
-        return Final(status="infra-error", error="agent error: the final report does not follow the protocol: %s"
-                     % exc, timings=body.get("timings") or {})
+        return Final.from_dict(json.loads(json.dumps(body.to_dict())))
+    except (ProtocolError, TypeError, ValueError) as exc:  # a bug in the agent: still end with a final report
+        return Final(status=Status.INFRA_ERROR, error="agent error: the final report does not follow the protocol: "
+                     "%s" % exc, timings=body.timings)
 
 
 def say_hello(link: Link, restart: Optional[int] = None) -> None:
@@ -44,13 +44,13 @@ def serve(spec: Spec, link: Link) -> int:
     attempt = Attempt(spec, link, watchdog=spec.mode in (Mode.ATTEMPT.value, Mode.APPLY_REVERT.value))
     if spec.mode == Mode.STATUS.value:
         try:
-            report = dict(status="ok", **host_status(attempt.repo, attempt.server_env()))
+            report = Final(status=Status.OK, repo_status=host_status(attempt.repo, attempt.server_env()))
         except Exception as exc:  # a look must always answer, saying what it could not see
-            report = {"status": "infra-error", "error": "cannot read the host's state: %s" % exc}
+            report = Final(status=Status.INFRA_ERROR, error="cannot read the host's state: %s" % exc)
         link.send(final_report(report))
         return 0
     result = attempt.recover() if spec.mode == Mode.RECOVER.value else attempt.run()
     if link.abort_reason == "slurm-time-limit":
-        result["budget_exceeded"] = True  # the job's time limit is the attempt's budget (plus the stop's time)
+        result.budget_exceeded = True  # the job's time limit is the attempt's budget (plus the stop's time)
     link.send(final_report(result, attempt, link))
     return 0

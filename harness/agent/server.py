@@ -15,8 +15,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..common.protocol import Crashed, Hung, Launched, ServerSpec, Spec
-from .errors import StageFailed
+from ..common.protocol import Crashed, Final, Hung, Launched, ServerSpec, Spec, Status, StopReport
+from .errors import FailureFacts, StageFailed
 from .gpu import wait_gpu_release
 from .hostio import fill_slots, http_url, run
 from .link import Link
@@ -158,7 +158,7 @@ class Server:
     report says about it (exit code, death time, stack dump, stop, GPU memory left)."""
 
     def __init__(self, spec: Spec, link: Link, attempt_dir: str, env: dict[str, str], marker: str,
-                 check_abort: Callable[[], None], facts: dict[str, Any]) -> None:
+                 check_abort: Callable[[], None], facts: Final) -> None:
         self.spec = spec
         self.srv: ServerSpec = spec.server
         self.link = link
@@ -186,7 +186,7 @@ class Server:
                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         except OSError as exc:
-            raise StageFailed("crashed", "cannot start the server: %s" % exc) from None
+            raise StageFailed(Status.CRASHED, "cannot start the server: %s" % exc) from None
         finally:
             logf.close()
         self.t_launch = time.monotonic()
@@ -194,7 +194,7 @@ class Server:
         st = proc_stat(self.proc.pid)
         self.start_time = st[3] if st else None
         on_started(self.proc.pid, self.pgid, self.start_time)
-        self.facts["server_pid"] = self.proc.pid
+        self.facts.server.pid = self.proc.pid
         self.link.send(Launched(pid=self.proc.pid, log=self.log_path))
         self.log = LogFollower(self.log_path, self.spec.fatal_patterns, self.spec.ready_pattern,
                                self.spec.line_prefix_pattern)
@@ -216,10 +216,10 @@ class Server:
                                since_death_s=(time.monotonic() - died[1]) if died else None,
                                fatal_line=self.log.first_fatal[1] if self.log.first_fatal else None,
                                log_tail="\n".join(self.log.tail), stage=phase))
-        self.facts["server_exit"] = self.proc.returncode
+        self.facts.server.exit_code = self.proc.returncode
         if died:
-            self.facts["died_at"] = died[0]
-        return StageFailed("crashed", "server %s during %s" % (
+            self.facts.server.died_at = died[0]
+        return StageFailed(Status.CRASHED, "server %s during %s" % (
             "exited with code %s" % self.proc.returncode if self.proc.returncode is not None
             else "printed a fatal error and did not exit", phase))
 
@@ -270,15 +270,16 @@ class Server:
     def _check_port_is_ours(self) -> None:
         port = int(self.srv.port)
         if not pids_holding(listening_inodes(port), group_members(self.pgid) + marked_pids(self.marker)):
-            raise StageFailed("crashed", "the ready line appeared and port %s answers, but the process listening "
-                              "there is not this attempt's server (stale server?)" % port, foreign_port=True)
+            raise StageFailed(Status.CRASHED, "the ready line appeared and port %s answers, but the process "
+                              "listening there is not this attempt's server (stale server?)" % port,
+                              FailureFacts(foreign_port=True))
 
     def hung(self, why: str) -> StageFailed:
         assert self.log is not None
         self.log.drain()
         self.stack_dump()
         self.link.send(Hung(reason=why, log_tail="\n".join(self.log.tail[-50:])))
-        return StageFailed("hung", "server hung: " + why)
+        return StageFailed(Status.HUNG, "server hung: " + why)
 
     def stack_dump(self) -> None:
         """Where a hung server is stuck, from py-spy when the host has it (kept beside the record)."""
@@ -296,7 +297,7 @@ class Server:
                 chunks.append("=== pid %d: py-spy failed: %s\n" % (pid, exc))
         with open(path, "w") as f:
             f.write("\n".join(chunks))
-        self.facts["stack_dump"] = path
+        self.facts.server.stack_dump = path
 
     def post(self, path: str, body: Optional[dict[str, Any]] = None, timeout: float = 30) -> tuple[int, str]:
         req = urllib.request.Request(self.url(path), data=json.dumps(body or {}).encode(),
@@ -309,19 +310,19 @@ class Server:
 
     # ------------------------------------------------------------------ stop
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> StopReport:
         """TERM, grace, KILL, stragglers; then wait for the GPU memory of every pid we saw to be freed."""
         assert self.proc is not None and self.pgid is not None
         if self.liveness is not None:
             self.liveness.stop()
         known = set(self.seen_pids) | set(group_members(self.pgid)) | set(marked_pids(self.marker))
         known.add(self.proc.pid)
-        info: dict[str, Any] = stop_group(self.proc, self.pgid, self.marker, float(self.spec.timeouts.stop_grace))
-        self.facts["server_exit"] = self.proc.returncode
+        info = stop_group(self.proc, self.pgid, self.marker, float(self.spec.timeouts.stop_grace))
+        self.facts.server.exit_code = self.proc.returncode
         held = wait_gpu_release(known, self.env, float(self.spec.timeouts.gpu_release))
         if held:
-            info["gpu_dirty"] = held
-            self.facts["gpu_dirty"] = held
+            info.gpu_dirty = held
+            self.facts.gpu_dirty = held
         if self.log is not None:
             self.log.close()
         return info

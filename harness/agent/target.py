@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from ..common.protocol import FileEntry, PatchEntry, Requirements
+from ..common.protocol import FileEntry, GpuInfo, PatchEntry, PreflightFacts, Requirements
 from .gpu import arch_of
 from .hostio import run
 
@@ -82,29 +82,29 @@ def read_backend_choices(repo: str) -> Optional[list[str]]:
     return None
 
 
-def fit_problems(req: Requirements, repo: str, gpus: Optional[list[dict[str, Any]]], server_version: Optional[str],
-                 patches: list[PatchEntry], facts: dict[str, Any]) -> list[str]:
+def fit_problems(req: Requirements, repo: str, gpus: Optional[list[GpuInfo]], server_version: Optional[str],
+                 patches: list[PatchEntry], facts: PreflightFacts) -> list[str]:
     """Why the experiment cannot run here: a backend this SGLang does not know, a GPU arch the backend's
     kernels do not support, too few GPUs. What was learned on the way goes into `facts`."""
-    detected = arch_of(gpus[0]["compute_cap"]) if gpus else None
+    detected = arch_of(gpus[0].compute_cap) if gpus else None
     arch = req.arch or detected
-    facts["arch"] = arch
+    facts.arch = arch
     problems = []
     backend = req.attention_backend
     if backend:
         choices = read_backend_choices(repo)
-        facts["attention_backend_choices"] = choices
+        facts.attention_backend_choices = choices
         added = any(('"%s"' % backend) in p.text or ("'%s'" % backend) in p.text for p in patches)
         if choices is not None and backend not in choices and not added:
             problems.append("SGLang %s on this host does not accept --attention-backend %s (valid: %s)"
                             % (server_version or "?", backend, ", ".join(choices)))
     low = (req.flashinfer_min or {}).get(arch or "", (req.flashinfer_min or {}).get("*"))
-    fi = facts.get("flashinfer_version")
+    fi = facts.flashinfer_version
     if low and fi and version_tuple(fi) < version_tuple(low):
         problems.append("backend %s needs FlashInfer >= %s on %s; this host's FlashInfer is %s"
                         % (req.backend or backend, low, arch or "this GPU", fi))
     if req.archs and arch and arch not in req.archs:
-        gpu_name = gpus[0]["name"] if gpus else "this GPU"
+        gpu_name = gpus[0].name if gpus else "this GPU"
         problems.append("backend %s needs %s; this host's GPU is %s (%s)"
                         % (req.backend or backend, "/".join(req.archs), arch, gpu_name))
     need = int(req.gpus or 0)

@@ -16,16 +16,15 @@ import os
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from ..common.patchpaths import git_unquote, path_problem
-from ..common.protocol import FileEntry, PatchEntry
-from .errors import StageFailed
-from .hostio import read_json, run, write_json_atomic
+from ..common.protocol import JOURNAL_VERSION, FileEntry, Journal, PatchEntry, RevertReport, Status
+from .errors import FailureFacts, StageFailed
+from .hostio import copy_raw, deepest_first, read_json, run, write_json_atomic
 from .newfiles import check_folders, parents, write_file
 from .treescan import describe, git_manifest, ignored_manifest, write_problem
 
-Journal = Dict[str, Any]
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
 MANIFEST = "manifest.json"  # under .git/harness/: the tree before the attempt, path by path
 BACKUP = "backup"  # under .git/harness/: the raw bytes of every tracked file the patches touch
@@ -54,7 +53,7 @@ class Git:
             full_env.update(env)
         p = run(["git", "-C", self.repo] + list(args), env=full_env, input_bytes=input_bytes)
         if check and p.returncode != 0:
-            raise StageFailed("preflight-failed", "git %s failed: %s" % (
+            raise StageFailed(Status.PREFLIGHT_FAILED, "git %s failed: %s" % (
                 " ".join(args[:3]), p.stderr.decode(errors="replace").strip()[-1500:]))
         return p
 
@@ -91,24 +90,6 @@ class Git:
         """Every untracked file that .gitignore hides (a file new in an ignored folder counts too)."""
         raw = self.out("ls-files", "-z", "--others", "--ignored", "--exclude-standard")
         return sorted(set(raw.split("\0")) - {""})
-
-
-def deepest_first(dirs: Iterable[str]) -> list[str]:
-    """Folders in the order they can be removed: each after every folder inside it."""
-    return sorted(dirs, key=lambda d: (-d.count("/"), d))
-
-
-def copy_raw(src: str, dst: str) -> None:
-    """Copy a file or symlink as it is (bytes, mode, link target); a missing source copies nothing."""
-    if not os.path.lexists(src):
-        return
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if os.path.islink(dst) or (os.path.lexists(dst) and not os.path.isdir(dst)):
-        os.remove(dst)
-    if os.path.islink(src):
-        os.symlink(os.readlink(src), dst)
-    else:
-        shutil.copy2(src, dst)
 
 
 def digest(manifest: Mapping[str, str]) -> str:
@@ -157,10 +138,10 @@ class Tree:
         fix = "; set `repo:` of this host in the host inventory (hosts.yaml) to the target's git checkout"
         if not os.path.isdir(self.repo):
             what = "is a file, not a folder" if os.path.lexists(self.repo) else "does not exist on the host"
-            raise StageFailed("preflight-failed", "target repo %s %s%s" % (self.repo, what, fix))
+            raise StageFailed(Status.PREFLIGHT_FAILED, "target repo %s %s%s" % (self.repo, what, fix))
         gitdir = self.git.gitdir()
         if gitdir is None:
-            raise StageFailed("preflight-failed", "%s is not a git repository%s" % (self.repo, fix))
+            raise StageFailed(Status.PREFLIGHT_FAILED, "%s is not a git repository%s" % (self.repo, fix))
         self.harness_dir = os.path.join(gitdir, "harness")
         common = self.git.out("rev-parse", "--git-common-dir").strip() or gitdir
         self.common_dir = os.path.join(self.repo, common)
@@ -199,9 +180,9 @@ class Tree:
         p = self.git("rev-parse", "--verify", base_ref + "^{commit}", check=False)
         want = p.stdout.decode().strip()
         if p.returncode != 0:
-            raise StageFailed("preflight-failed", "base_ref %r is not known in %s" % (base_ref, self.repo))
+            raise StageFailed(Status.PREFLIGHT_FAILED, "base_ref %r is not known in %s" % (base_ref, self.repo))
         if want != head:
-            raise StageFailed("preflight-failed", "HEAD is %s but the experiment pins base_ref %r = %s"
+            raise StageFailed(Status.PREFLIGHT_FAILED, "HEAD is %s but the experiment pins base_ref %r = %s"
                               % (head[:12], base_ref, want[:12]))
 
     def dirty_paths(self, allow: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -209,8 +190,8 @@ class Tree:
         dirty = self.git.status_entries()
         unexpected = [p for p in dirty if not any(fnmatch.fnmatch(p, g) for g in allow)]
         if unexpected:
-            raise StageFailed("preflight-failed", "target tree %s is not clean; %d dirty path(s): %s" % (
-                self.repo, len(unexpected), ", ".join(unexpected[:30])), dirty=unexpected)
+            raise StageFailed(Status.PREFLIGHT_FAILED, "target tree %s is not clean; %d dirty path(s): %s" % (
+                self.repo, len(unexpected), ", ".join(unexpected[:30])), facts=FailureFacts(dirty=unexpected))
         return dirty, unexpected
 
     def plan(self, patches: list[PatchEntry], files: list[FileEntry], dirty_before: list[str],
@@ -227,26 +208,28 @@ class Tree:
         if patch_paths:
             check = self.git("apply", "--check", "--whitespace=nowarn", *patch_paths, check=False)
             if check.returncode != 0:
-                raise StageFailed("apply-failed", self._name_failing_patch(patches, patch_paths, head, check.stderr))
+                raise StageFailed(Status.APPLY_FAILED,
+                                  self._name_failing_patch(patches, patch_paths, head, check.stderr))
             touched.update(numstat_paths(self.git.out("apply", "--numstat", "-z", "--whitespace=nowarn",
                                                       *patch_paths)))
             for p in patches:
                 touched.update(rename_sources(p.text))
         for entry in files:
             if unsafe_path(entry.path):
-                raise StageFailed("apply-failed", "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
+                raise StageFailed(Status.APPLY_FAILED,
+                                  "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
             self._refuse_escape(entry.path, True, "patch set %s: files/%s" % (entry.set, entry.path))
             check_folders(self.repo, entry)
             touched.add(entry.path)
         tracked = self.git.tracked(sorted(touched))
         clash = sorted(touched & set(dirty_before))
         if clash:
-            raise StageFailed("preflight-failed", "patches touch paths that are dirty (allow-listed) in the "
+            raise StageFailed(Status.PREFLIGHT_FAILED, "patches touch paths that are dirty (allow-listed) in the "
                               "target tree: %s" % ", ".join(clash))
         delete = sorted(touched - tracked)
         for rel in delete:
             if os.path.lexists(os.path.join(self.repo, rel)):
-                raise StageFailed("apply-failed", "would overwrite %s, which exists but is not tracked by git "
+                raise StageFailed(Status.APPLY_FAILED, "would overwrite %s, which exists but is not tracked by git "
                                   "(your file? move it away first)" % rel)
         created_dirs = set()
         for rel in delete:
@@ -260,7 +243,7 @@ class Tree:
     def _refuse_escape(self, rel: str, whole_file: bool, what: str) -> None:
         problem = write_problem(self.repo, self.git_dirs, rel, whole_file)
         if problem:
-            raise StageFailed("apply-failed", "%s %s: refused, a patch set writes only inside the work tree "
+            raise StageFailed(Status.APPLY_FAILED, "%s %s: refused, a patch set writes only inside the work tree "
                               "(never through a symbolic link, never into .git)" % (what, problem))
 
     def _name_failing_patch(self, patches: list[PatchEntry], paths: list[str], head: str, err: bytes) -> str:
@@ -278,37 +261,36 @@ class Tree:
 
     # ------------------------------------------------------------------ apply
 
-    def new_journal(self, identity: Mapping[str, Any], base: str, dirty_before: list[str],
+    def new_journal(self, run_id: str, attempt_id: str, marker: str, base: str, dirty_before: list[str],
                     plan: Mapping[str, Any]) -> Journal:
-        journal = dict(identity)
-        journal.update({"version": 3, "agent_pid": os.getpid(), "repo": self.repo, "base_commit": base,
-                        "tree_before": None, "dirty_before": dirty_before, "restore": plan["restore"],
-                        "delete": plan["delete"], "created_dirs": plan["created_dirs"], "server": None,
-                        "state": "applying", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        return journal
+        return Journal(run_id=run_id, attempt_id=attempt_id, marker=marker, version=JOURNAL_VERSION,
+                       agent_pid=os.getpid(), repo=self.repo, base_commit=base, tree_before=None,
+                       dirty_before=dirty_before, restore=plan["restore"], delete=plan["delete"],
+                       created_dirs=plan["created_dirs"], server=None, state="applying",
+                       created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     def save(self, journal: Journal) -> None:
         assert self.journal_path is not None
-        write_json_atomic(self.journal_path, journal)
+        write_json_atomic(self.journal_path, journal.to_dict())
 
     def apply(self, journal: Journal, plan: Mapping[str, Any]) -> None:
         """All or nothing: the journal first, then git apply (which writes nothing when it fails)."""
         assert self.harness_dir is not None
         backup = os.path.join(self.harness_dir, BACKUP)
-        journal["backup"] = backup
-        journal["ignored_before"] = self.git.ignored()
+        journal.backup = backup
+        journal.ignored_before = self.git.ignored()
         # "As found" is the tree right before the first change.
-        journal["tree_before"] = self.snapshot(journal["ignored_before"])
+        journal.tree_before = self.snapshot(journal.ignored_before)
         self.save(journal)  # before the first byte changes
         if os.path.lexists(backup):
             shutil.rmtree(backup)  # our own folder under .git/harness, left by an attempt that was recovered
-        for rel in journal["restore"]:  # the bytes as they are, whatever git's filters would make of them
+        for rel in journal.restore:  # the bytes as they are, whatever git's filters would make of them
             copy_raw(os.path.join(self.repo, rel), os.path.join(backup, rel))
         if plan["patch_paths"]:
             p = self.git("apply", "--whitespace=nowarn", *plan["patch_paths"], check=False)
             if p.returncode != 0:
                 text = p.stderr.decode(errors="replace").strip()
-                raise StageFailed("apply-failed", "git apply failed: %s\n%s" % (git_reason(text), text[-3000:]))
+                raise StageFailed(Status.APPLY_FAILED, "git apply failed: %s\n%s" % (git_reason(text), text[-3000:]))
         # Checked again on the tree as the patches left it (links they made), before any whole file is
         # written: a refusal here is reverted like any failed attempt, from the journal saved above.
         for rel in plan["restore"] + plan["delete"]:
@@ -318,23 +300,23 @@ class Tree:
         for entry in plan["files"]:
             write_file(self.repo, entry)
         # Cross-check with git: anything changed that the journal does not cover is added to it.
-        changed = set(self.git.status_entries()) - set(journal["dirty_before"])
-        extra = sorted(changed - set(journal["restore"]) - set(journal["delete"]))
+        changed = set(self.git.status_entries()) - set(journal.dirty_before)
+        extra = sorted(changed - set(journal.restore) - set(journal.delete))
         if extra:
             tracked = self.git.tracked(extra)
-            journal["restore"] = sorted(set(journal["restore"]) | (set(extra) & tracked))
-            journal["delete"] = sorted(set(journal["delete"]) | (set(extra) - tracked))
+            journal.restore = sorted(set(journal.restore) | (set(extra) & tracked))
+            journal.delete = sorted(set(journal.delete) | (set(extra) - tracked))
             # Folders the missed new files brought: those no file lived in before the attempt.
             had_files = {d for p in self.manifest_before for d in parents(p)}
             created = {d for p in set(extra) - tracked for d in parents(p) if d not in had_files}
-            journal["created_dirs"] = deepest_first(set(journal["created_dirs"]) | created)
-        journal["state"] = "applied"
+            journal.created_dirs = deepest_first(set(journal.created_dirs) | created)
+        journal.state = "applied"
         self.save(journal)
 
     def compile_errors(self, journal: Journal) -> tuple[list[str], list[str]]:
         """(patched or new .py files, those that do not compile under the host's Python)."""
         errors = []
-        paths = [p for p in journal["restore"] + journal["delete"] if p.endswith(".py")]
+        paths = [p for p in journal.restore + journal.delete if p.endswith(".py")]
         for rel in paths:
             path = os.path.join(self.repo, rel)
             if not os.path.exists(path):
@@ -348,28 +330,28 @@ class Tree:
 
     # ------------------------------------------------------------------ revert and verify
 
-    def revert(self, journal: Journal) -> dict[str, Any]:
+    def revert(self, journal: Journal) -> RevertReport:
         """Restore exactly what the journal lists — the bytes saved before applying, else the base commit's
         version — then compare the tree with the snapshot, byte for byte. Only a verified revert removes
         the journal: an unverified one keeps it, so the next preflight refuses this tree."""
-        restore = journal.get("restore") or []
+        restore = journal.restore
         for i in range(0, len(restore), GIT_CHUNK):  # index and tree as git has them...
-            self.git("checkout", journal["base_commit"], "--", *restore[i:i + GIT_CHUNK])
-        backup: Optional[str] = journal.get("backup")
+            self.git("checkout", journal.base_commit, "--", *restore[i:i + GIT_CHUNK])
+        backup: Optional[str] = journal.backup
         for rel in restore:  # ...then the bytes exactly as they were (git's filters may differ)
             if backup:
                 copy_raw(os.path.join(backup, rel), os.path.join(self.repo, rel))
-        for rel in journal.get("delete") or []:
+        for rel in journal.delete:
             path = os.path.join(self.repo, rel)
             if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):  # a link to a folder too
                 os.remove(path)
-        for rel in journal.get("created_dirs") or []:
+        for rel in journal.created_dirs:
             try:
                 os.rmdir(os.path.join(self.repo, rel))
             except OSError:
                 pass
         after = self._manifest_after(journal)
-        verified = digest(after) == journal["tree_before"]
+        verified = digest(after) == journal.tree_before
         assert self.journal_path is not None and self.harness_dir is not None
         before_file = os.path.join(self.harness_dir, MANIFEST)
         diff: list[str] = []
@@ -384,26 +366,25 @@ class Tree:
             before = read_json(before_file) if os.path.exists(before_file) else {}
             diff = sorted(os.fsencode(p).decode(errors="replace")  # shown to people: no lone surrogates
                           for p in set(before) | set(after) if before.get(p) != after.get(p))
-        result = {"verified": verified, "tree_before": journal["tree_before"], "tree_after": digest(after),
-                  "diff": diff}
-        if journal.get("ignored_before") is not None:
+        result = RevertReport(verified=verified, tree_before=journal.tree_before, tree_after=digest(after), diff=diff)
+        if journal.ignored_before is not None:
             # Not part of the promise (ignored files are not the user's tree) but worth knowing: what the
             # attempt left where .gitignore hides it — build outputs, caches, a core dump in an ignored folder.
-            new = sorted(set(self.git.ignored()) - set(journal["ignored_before"]))
+            new = sorted(set(self.git.ignored()) - set(journal.ignored_before))
             if new:
-                result["stray_ignored"] = [os.fsencode(p).decode(errors="replace") for p in new[:200]]
+                result.stray_ignored = [os.fsencode(p).decode(errors="replace") for p in new[:200]]
         return result
 
     def _manifest_after(self, journal: Journal) -> dict[str, str]:
         """The manifest the journal's `tree_before` was taken as: a version 2 journal (an older agent's)
         covered tracked and untracked files only."""
-        if int(journal.get("version") or 2) < 3:
+        if journal.version < 3:
             return self.git.manifest()
-        return self.full_manifest(journal.get("ignored_before") or [])
+        return self.full_manifest(journal.ignored_before or [])
 
     def leftover_journal(self) -> Optional[Journal]:
         assert self.journal_path is not None
         if not os.path.exists(self.journal_path):
             return None
         data = read_json(self.journal_path)
-        return data if isinstance(data, dict) else None
+        return Journal.read(data) if isinstance(data, dict) else None

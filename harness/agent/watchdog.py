@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any
 
+from ..common.protocol import Journal, LockHolder, RecoveryReport
 from .hostio import write_json_atomic
 from .lock import RepoLock
 from .procs import STARTED, proc_stat
@@ -47,10 +48,10 @@ def agent_alive(pid: int, start: Any) -> bool:
     return st is not None and st[0] != "Z" and (start is None or st[3] == start)
 
 
-def is_dead_agents(journal: dict[str, Any], agent_pid: int) -> bool:
+def is_dead_agents(journal: Journal, agent_pid: int) -> bool:
     """Is this journal the watched agent's unfinished work? Not when the agent reverted itself and could
     not verify (it kept the journal on purpose, for the next preflight to refuse the tree)."""
-    return journal.get("agent_pid") == agent_pid and journal.get("state") != UNVERIFIED
+    return journal.agent_pid == agent_pid and journal.state != UNVERIFIED
 
 
 def watch(encoded: str) -> int:
@@ -64,7 +65,7 @@ def watch(encoded: str) -> int:
     if journal is None or not is_dead_agents(journal, args["agent_pid"]):
         return 0  # the agent finished its own work (or another agent's journal: not ours to touch)
     lock = RepoLock(harness_dir)
-    lock.acquire(args["repo"], {"run_id": journal.get("run_id"), "attempt_id": "watchdog"}, 30.0,
+    lock.acquire(args["repo"], LockHolder(run_id=journal.run_id, attempt_id="watchdog"), 30.0,
                  lambda: time.sleep(POLL_S))
     try:
         journal = tree.leftover_journal()  # unchanged unless someone recovered while we waited
@@ -73,28 +74,38 @@ def watch(encoded: str) -> int:
         env = dict(os.environ, PATH=args["path"] or os.environ.get("PATH", ""))
         stop = stop_recorded_server(journal, float(args["stop_grace"]), env, float(args["gpu_release"]))
         revert = tree.revert(journal)
-        save_report(tree, {"journal": journal, "stop": stop, "revert": revert, "by": "watchdog",
-                           "took_s": round(time.time() - died_at, 3)})
+        save_report(tree, RecoveryReport(journal=journal, stop=stop, revert=revert, by="watchdog",
+                                         took_s=round(time.time() - died_at, 3)))
     finally:
         lock.release()
     return 0
 
 
-def save_report(tree: Tree, report: dict[str, Any]) -> None:
+def save_report(tree: Tree, report: RecoveryReport) -> None:
     """Keep what a recovery did — the watchdog's or any other (`harness recover`, a preflight, a controller
     whose agent died, whichever took the lock first) — for the next preflight: GPU memory that stayed held
     must refuse the next attempt, whoever stopped the server."""
     assert tree.harness_dir is not None
-    write_json_atomic(os.path.join(tree.harness_dir, REPORT), report)
+    write_json_atomic(os.path.join(tree.harness_dir, REPORT), _without_nones(report.to_dict()))
 
 
-def last_report(tree: Tree) -> dict[str, Any] | None:
+def last_report(tree: Tree) -> RecoveryReport | None:
     """What the last recovery on this repo did (for `harness recover`, a controller whose agent died, and
     the next preflight's check of GPU memory)."""
     assert tree.harness_dir is not None
     try:
         with open(os.path.join(tree.harness_dir, REPORT)) as f:
             report = json.load(f)
-    except (OSError, ValueError):
+        return RecoveryReport.from_disk(report) if isinstance(report, dict) else None
+    except (OSError, ValueError):  # unreadable, or not a report (ProtocolError is a ValueError)
         return None
-    return report if isinstance(report, dict) else None
+
+
+def _without_nones(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as earlier agents wrote it: a stop or revert fact that does not apply is left out."""
+    out = dict(report)
+    for part in ("stop", "revert"):
+        out[part] = {k: v for k, v in out[part].items() if v is not None}
+    if out.get("took_s") is None:
+        out.pop("took_s", None)
+    return out

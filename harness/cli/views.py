@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
 from ..results import compare, plots
+from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.store import ResultsStore
 from ..run.runner import AttemptOutcome
@@ -275,10 +276,10 @@ def show_outcomes(out: Console, outcomes: list[AttemptOutcome]) -> None:
         elif r.error:
             out.print(f"    {escape(r.error.strip().splitlines()[0])}", highlight=False)
         for case, m in r.metrics.items():
-            if "output_throughput" in m:
-                out.print(f"    {escape(case)}: {m['output_throughput']:.1f} output tok/s, median TTFT "
-                          f"{m.get('median_ttft_ms', float('nan')):.1f} ms, median ITL "
-                          f"{m.get('median_itl_ms', float('nan')):.2f} ms", highlight=False)
+            if OUTPUT_THROUGHPUT in m:
+                out.print(f"    {escape(case)}: {m[OUTPUT_THROUGHPUT]:.1f} output tok/s, median TTFT "
+                          f"{m.get(MEDIAN_TTFT_MS, float('nan')):.1f} ms, median ITL "
+                          f"{m.get(MEDIAN_ITL_MS, float('nan')):.2f} ms", highlight=False)
         facts = []
         if r.detect_latency_s is not None:
             facts.append(f"crash detected {r.detect_latency_s:.2f}s after the server died")

@@ -7,36 +7,42 @@ Standard library only: it ships inside the agent's zipapp and runs under the hos
 
 Both sides check `PROTOCOL`: a spec or an event of another version, an unknown event kind or an unknown
 key is a `ProtocolError`, never silently dropped. `encode`/`decode` are the only ways across the link.
+The final report's typed parts (and `Status`) are in outcome.py, the JSON round trip (and `PROTOCOL`) in
+wire.py; this module names them all.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Dict, Optional, TypeVar, Union
+from typing import Any, ClassVar, Dict, Optional, Union
 
-PROTOCOL = 4
+from .outcome import (
+    JOURNAL_VERSION,
+    BenchFacts,
+    ChangedPaths,
+    GpuInfo,
+    Journal,
+    JournalServer,
+    LockHolder,
+    LockState,
+    PatchFacts,
+    PreflightFacts,
+    RecoveryReport,
+    RepoStatus,
+    RevertReport,
+    ServerFacts,
+    Status,
+    StopReport,
+)
+from .wire import PROTOCOL, Message, Nested, ProtocolError
 
-
-class ProtocolError(ValueError):
-    """A message that does not follow this module: another version, an unknown kind or key, a missing key."""
-
-
-class Status(str, Enum):
-    """How an attempt ended. The string values are what records on disk say."""
-
-    OK = "ok"
-    CRASHED = "crashed"
-    HUNG = "hung"
-    APPLY_FAILED = "apply-failed"
-    PREFLIGHT_FAILED = "preflight-failed"
-    BENCH_FAILED = "bench-failed"
-    INFRA_ERROR = "infra-error"
-    ABORTED = "aborted"
-
-    def __str__(self) -> str:
-        return self.value
+__all__ = ["JOURNAL_VERSION", "PROTOCOL", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event", "EVENTS",
+           "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message", "Mode",
+           "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
+           "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
+           "Status", "StopReport", "Timeouts", "decode", "encode"]
 
 
 class Mode(str, Enum):
@@ -50,47 +56,6 @@ class Mode(str, Enum):
 # never come out of a YAML string, so it cannot be forged by one.
 PORT_SLOT = {"slot": "port"}
 ArgvItem = Union[str, Dict[str, str]]
-
-T = TypeVar("T")
-
-
-def _build(cls: type[T], data: Any, where: str) -> T:
-    """A dataclass from a JSON object: unknown or missing keys are errors; nested messages are built too."""
-    if not isinstance(data, dict):
-        raise ProtocolError("%s: expected a JSON object, got %s" % (where, type(data).__name__))
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ProtocolError("%s: unknown key(s) %s (protocol %d)" % (where, ", ".join(unknown), PROTOCOL))
-    nested: dict[str, tuple[type, bool]] = getattr(cls, "NESTED", {})
-    kwargs = {}
-    for name, f in known.items():
-        if name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:  # type: ignore[misc]
-                raise ProtocolError("%s: missing key %r" % (where, name))
-            continue
-        value = data[name]
-        if name in nested and value is not None:
-            sub, is_list = nested[name]
-            if is_list:
-                value = [_build(sub, v, "%s.%s[%d]" % (where, name, i)) for i, v in enumerate(value)]
-            else:
-                value = _build(sub, value, "%s.%s" % (where, name))
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
-class Message:
-    """JSON round trip for the dataclasses below."""
-
-    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls: type[T], data: Any) -> T:
-        return _build(cls, data, cls.__name__)
 
 
 # ============================================================================ the spec
@@ -163,7 +128,7 @@ class Timeouts(Message):
 class Spec(Message):
     """Everything the agent needs for one attempt (or a status/recover/apply-revert service call)."""
 
-    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {
+    NESTED: ClassVar[Nested] = {
         "server": (ServerSpec, False), "bench": (BenchCase, True), "profile": (ProfileSpec, False),
         "requirements": (Requirements, False), "patches": (PatchEntry, True), "files": (FileEntry, True),
         "timeouts": (Timeouts, False)}
@@ -245,7 +210,8 @@ class StageChanged(Event):
 @dataclass
 class Recovering(Event):
     KIND: ClassVar[str] = "recovering"
-    journal: dict[str, Any] = field(default_factory=dict)
+    NESTED: ClassVar[Nested] = {"journal": (Journal, False)}
+    journal: Journal = field(default_factory=Journal)
 
 
 @dataclass
@@ -302,59 +268,30 @@ class BenchResult(Event):
 
 @dataclass
 class Final(Event):
-    """The agent's last word: how the attempt ended and everything it learned on the way."""
+    """The agent's last word: how the attempt ended and everything it learned on the way, stage by stage."""
 
     KIND: ClassVar[str] = "final"
-    status: str = Status.OK.value
+    NESTED: ClassVar[Nested] = {
+        "status": (Status, False), "preflight": (PreflightFacts, False), "patch": (PatchFacts, False),
+        "server": (ServerFacts, False), "bench": (BenchFacts, False), "revert": (RevertReport, False),
+        "recovered": (RecoveryReport, False), "repo_status": (RepoStatus, False)}
+    status: Status = Status.OK
     error: Optional[str] = None
     message: Optional[str] = None
     timings: dict[str, float] = field(default_factory=dict)
     attempt_dir: Optional[str] = None
     abort_reason: Optional[str] = None
     budget_exceeded: Optional[bool] = None
-    # preflight
-    base_commit: Optional[str] = None
-    server_version: Optional[str] = None
-    flashinfer_version: Optional[str] = None
-    patch_variants: Optional[dict[str, str]] = None
-    gpus: Optional[list[dict[str, Any]]] = None
-    arch: Optional[str] = None
-    attention_backend_choices: Optional[list[str]] = None
-    dirty: Optional[list[str]] = None
-    port: Optional[int] = None
-    port_in_use: Optional[int] = None
-    cannot_run: Optional[list[str]] = None
-    preflight_warnings: Optional[list[str]] = None
-    locked_by: Optional[dict[str, Any]] = None
-    recovered: Optional[dict[str, Any]] = None
-    # patch
-    changed_paths: Optional[dict[str, list[str]]] = None
-    compiled: Optional[list[str]] = None
-    compile_errors: Optional[list[str]] = None
-    # server
-    server_log: Optional[str] = None
-    server_pid: Optional[int] = None
-    server_exit: Optional[int] = None
-    died_at: Optional[float] = None
-    foreign_port: Optional[bool] = None
-    stack_dump: Optional[str] = None
-    stop: Optional[dict[str, Any]] = None
-    gpu_dirty: Optional[dict[str, int]] = None
-    # bench and profile
-    bench_files: Optional[dict[str, str]] = None
-    profile_files: Optional[list[str]] = None
-    profile_error: Optional[str] = None
+    gpu_dirty: Optional[dict[str, int]] = None  # pid → MiB a stopped server (this one, or a recovered one) still held
+    preflight: PreflightFacts = field(default_factory=PreflightFacts)
+    patch: PatchFacts = field(default_factory=PatchFacts)
+    server: ServerFacts = field(default_factory=ServerFacts)
+    bench: BenchFacts = field(default_factory=BenchFacts)
+    revert: Optional[RevertReport] = None  # this attempt's own revert
+    recovered: Optional[RecoveryReport] = None  # an interrupted attempt's leftovers, cleaned up first
+    repo_status: Optional[RepoStatus] = None  # status mode: what is going on in the target repo
     # sha256 of every file in the attempt's folder on the host: the controller checks what it fetched
     artifacts: Optional[Dict[str, str]] = None
-    # revert
-    revert: Optional[dict[str, Any]] = None
-    # status mode: what is going on in the target repo
-    repo: Optional[str] = None
-    exists: Optional[bool] = None
-    lock: Optional[dict[str, Any]] = None
-    journal: Optional[dict[str, Any]] = None
-    gpu_apps: Optional[dict[str, int]] = None
-    head: Optional[str] = None
 
 
 @dataclass

@@ -8,7 +8,6 @@ file and line and, for a misspelt key, the closest valid one.
 from __future__ import annotations
 
 import math
-import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -319,47 +318,10 @@ def sweep_from_doc(doc: YamlDoc) -> Sweep:
     data = doc.data
     if isinstance(data, dict) and "name" not in data:
         data = {"name": doc.file.stem, **data}
-    return _validate(Sweep, data, doc, what="sweep")
+    return validate_model(Sweep, data, doc, what="sweep")
 
 
 # --------------------------------------------------------------------------- patchset.yaml
-
-
-TARGET_ID = r"^(harness-sim|sglang==[0-9][0-9A-Za-z.+-]*)$"
-
-
-class PatchSetMeta(Strict):
-    """`applies_to`: the target(s) the set's top-level patches are made for ('sglang==0.5.23' or a list of
-    them). `variants`: more targets, each with its own subfolder holding that version's patches and
-    files/ (the agent picks the variant matching the host's SGLang)."""
-
-    description: str = ""
-    applies_to: str | list[str] | None = None
-    variants: dict[str, str] | None = None
-    order: tuple[str, ...] | None = None
-
-    @field_validator("applies_to")
-    @classmethod
-    def _targets(cls, v: str | list[str] | None) -> str | list[str] | None:
-        for t in [v] if isinstance(v, str) else v or []:
-            if not re.match(TARGET_ID, t):
-                raise ValueError(f"{t!r} is not a target: write 'sglang==<version>' or 'harness-sim'")
-        return v
-
-    @field_validator("variants")
-    @classmethod
-    def _variant_folders(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for target, folder in (v or {}).items():
-            if not re.match(TARGET_ID, target):
-                raise ValueError(f"variant {target!r} is not a target: write 'sglang==<version>'")
-            if not re.match(r"^[A-Za-z0-9._-]+$", folder) or folder in (".", "..", "files"):
-                raise ValueError(f"variant folder {folder!r} must be one plain subfolder name of the patch set")
-        return v
-
-    def targets(self) -> tuple[str, ...]:
-        """The targets of the top-level patches."""
-        v = self.applies_to
-        return (v,) if isinstance(v, str) else tuple(v or ())
 
 
 # --------------------------------------------------------------------------- loading
@@ -373,7 +335,7 @@ def load_experiment(file: Path) -> Experiment:
 def experiment_from_data(data: Any, doc: YamlDoc, *, default_name: str) -> Experiment:
     if isinstance(data, dict) and "name" not in data:
         data = {"name": default_name, **data}
-    return _validate(Experiment, data, doc, what="experiment")
+    return validate_model(Experiment, data, doc, what="experiment")
 
 
 def load_inventory(file: Path) -> Inventory:
@@ -381,18 +343,13 @@ def load_inventory(file: Path) -> Inventory:
 
 
 def inventory_from_doc(doc: YamlDoc) -> Inventory:
-    return _validate(Inventory, doc.data, doc, what="host inventory")
-
-
-def load_patchset_meta(file: Path) -> PatchSetMeta:
-    doc = load_yaml(file)
-    return _validate(PatchSetMeta, doc.data if doc.data is not None else {}, doc, what="patch set")
+    return validate_model(Inventory, doc.data, doc, what="host inventory")
 
 
 M = typing.TypeVar("M", bound=BaseModel)
 
 
-def _validate(model: type[M], data: Any, doc: YamlDoc, *, what: str) -> M:
+def validate_model(model: type[M], data: Any, doc: YamlDoc, *, what: str) -> M:
     if not isinstance(data, dict):
         raise ConfigError(f"expected a mapping of keys for the {what}, got {type(data).__name__}",
                           file=doc.file, line=1)

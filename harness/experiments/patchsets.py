@@ -11,9 +11,56 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from pydantic import field_validator
+
 from ..common.patchpaths import diff_files, patch_set_refusals
 from ..errors import ConfigError
-from .config import load_patchset_meta
+from .config import Strict, validate_model
+from .yamlsrc import load_yaml
+
+# --------------------------------------------------------------------------- patchset.yaml
+
+TARGET_ID = r"^(harness-sim|sglang==[0-9][0-9A-Za-z.+-]*)$"
+
+
+class PatchSetMeta(Strict):
+    """`applies_to`: the target(s) the set's top-level patches are made for ('sglang==0.5.23' or a list of
+    them). `variants`: more targets, each with its own subfolder holding that version's patches and
+    files/ (the agent picks the variant matching the host's SGLang)."""
+
+    description: str = ""
+    applies_to: str | list[str] | None = None
+    variants: dict[str, str] | None = None
+    order: tuple[str, ...] | None = None
+
+    @field_validator("applies_to")
+    @classmethod
+    def _targets(cls, v: str | list[str] | None) -> str | list[str] | None:
+        for t in [v] if isinstance(v, str) else v or []:
+            if not re.match(TARGET_ID, t):
+                raise ValueError(f"{t!r} is not a target: write 'sglang==<version>' or 'harness-sim'")
+        return v
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_folders(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for target, folder in (v or {}).items():
+            if not re.match(TARGET_ID, target):
+                raise ValueError(f"variant {target!r} is not a target: write 'sglang==<version>'")
+            if not re.match(r"^[A-Za-z0-9._-]+$", folder) or folder in (".", "..", "files"):
+                raise ValueError(f"variant folder {folder!r} must be one plain subfolder name of the patch set")
+        return v
+
+    def targets(self) -> tuple[str, ...]:
+        """The targets of the top-level patches."""
+        v = self.applies_to
+        return (v,) if isinstance(v, str) else tuple(v or ())
+
+
+def load_patchset_meta(file: Path) -> PatchSetMeta:
+    doc = load_yaml(file)
+    return validate_model(PatchSetMeta, doc.data if doc.data is not None else {}, doc, what="patch set")
+
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union, get_args
 
-from ..common.protocol import Status
+from ..common.protocol import Final, Status
 from ..errors import HarnessError
 from ..experiments.config import Arch, HostConfig
 
-AskStatus = Callable[[str, HostConfig], Mapping[str, Any]]
+AskStatus = Callable[[str, HostConfig], Final]  # `runner.host_status`
 Answer = Union[int, str]  # a GPU count, or why the host could not say
 
 
@@ -32,28 +32,29 @@ class CountedHosts:
     learned_arch: dict[str, str] = field(default_factory=dict)  # host without `arch:` → the arch its GPUs report
 
 
-def answer_from_status(status: Mapping[str, Any]) -> Answer:
+def answer_from_status(status: Final) -> Answer:
     """Pure: the GPU count in a `harness status` report, or why the report has none."""
-    if status.get("status") not in (None, Status.OK, Status.OK.value):
-        return f"its agent could not look at the host: {status.get('error') or status.get('status')}"
-    if "gpus" not in status:
-        return f"{status.get('repo')} is not a git checkout on the host (check `repo:`)"
-    gpus = status["gpus"]
-    if not isinstance(gpus, list):
+    if status.status != Status.OK:
+        return f"its agent could not look at the host: {status.error or status.status}"
+    repo = status.repo_status
+    if repo is None or not repo.git:
+        return f"{repo.repo if repo else None} is not a git checkout on the host (check `repo:`)"
+    gpus = repo.gpus
+    if gpus is None:
         return ("nvidia-smi is missing or failed on the host (not on the PATH of the host's environment?); "
                 "give the host `gpus:` in the hosts file to say how many it has")
     return len(gpus)
 
 
-def arch_from_status(status: Mapping[str, Any]) -> Optional[str]:
+def arch_from_status(status: Final) -> Optional[str]:
     """Pure: the GPU arch a `harness status` report shows ("9.0" → sm90), or None when it cannot tell (no
     GPUs, no or odd compute capability, GPUs of more than one arch, an arch the harness does not know)."""
-    gpus = status.get("gpus")
-    if not isinstance(gpus, list) or not gpus:
+    gpus = status.repo_status.gpus if status.repo_status is not None else None
+    if not gpus:
         return None
     archs = set()
     for g in gpus:
-        major, _, minor = str(g.get("compute_cap", "") if isinstance(g, Mapping) else "").strip().partition(".")
+        major, _, minor = g.compute_cap.strip().partition(".")
         if not (major.isdigit() and minor.isdigit() and len(minor) == 1):
             return None
         archs.add(f"sm{int(major)}{minor}")

@@ -14,7 +14,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from ..common.protocol import Spec, Status
+from ..common.protocol import Final, PreflightFacts, Spec, Status
 from ..experiments.config import ClusterConfig
 
 SIGNAL_LEAD_S = 120  # sbatch --signal=B:USR1@120: the agent's warning before the time limit
@@ -150,20 +150,27 @@ def describe(info: JobInfo) -> str:
     return text
 
 
-def final_without_report(info: JobInfo | None, *, started: bool, cancelled: bool, output_tail: str) -> dict:
+def final_without_report(info: JobInfo | None, *, started: bool, cancelled: bool, output_tail: str) -> Final:
     """The attempt's final report when the job ended and the agent's own never arrived."""
     state = info.state if info else "gone from the queue"
     tail = f"; the job's output ends:\n{output_tail.strip()[-1500:]}" if output_tail.strip() else ""
     if not started:
         if cancelled:
-            return {"status": Status.ABORTED.value, "abort_reason": "slurm-cancel",
-                    "error": f"cancelled while queued ({state}); nothing ran"}
-        return {"status": Status.INFRA_ERROR.value,
-                "error": f"the job ended {state} before the agent started ({MEANING.get(state, 'see sacct')}){tail}"}
+            return Final(status=Status.ABORTED, abort_reason="slurm-cancel",
+                         error=f"cancelled while queued ({state}); nothing ran")
+        return Final(status=Status.INFRA_ERROR,
+                     error=f"the job ended {state} before the agent started ({MEANING.get(state, 'see sacct')}){tail}")
     if info is not None and info.state == "TIMEOUT":
-        return {"status": Status.ABORTED.value, "budget_exceeded": True, "abort_reason": "slurm-time-limit",
-                "error": "the job reached its time limit before the agent's final report; the next job on this "
-                         f"repo recovers the tree first{tail}"}
-    return {"status": Status.INFRA_ERROR.value,
-            "error": f"the job ended {state} without the agent's final report (the agent was killed); the next "
-                     f"job on this repo recovers the tree first{tail}"}
+        return Final(status=Status.ABORTED, budget_exceeded=True, abort_reason="slurm-time-limit",
+                     error="the job reached its time limit before the agent's final report; the next job on this "
+                           f"repo recovers the tree first{tail}")
+    return Final(status=Status.INFRA_ERROR,
+                 error=f"the job ended {state} without the agent's final report (the agent was killed); the next "
+                       f"job on this repo recovers the tree first{tail}")
+
+
+def refused_by_slurm(said: str) -> Final:
+    """The attempt's final report when Slurm refused to take the job (asking again changes nothing)."""
+    return Final(status=Status.PREFLIGHT_FAILED, preflight=PreflightFacts(cannot_run=[said]),
+                 error=f"Slurm refused the job: {said} (check the cluster's partition, account, gpus_per_node and "
+                       "sbatch_extra in hosts.yaml)")

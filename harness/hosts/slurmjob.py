@@ -20,9 +20,8 @@ import time
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from ..common.protocol import Event, Final, Hello, JobState, ProtocolError, Spec, Status
+from ..common.protocol import Event, Final, Hello, JobState, ProtocolError, Spec
 from ..errors import AgentProtocolError, HostError, HostUnreachable
 from ..experiments.config import ClusterHost
 from .channel import AgentExit, AttemptChannel
@@ -37,6 +36,7 @@ from .slurm import (
     parse_job_id,
     parse_sacct,
     parse_squeue,
+    refused_by_slurm,
     sbatch_argv,
     time_limit_minutes,
 )
@@ -185,9 +185,7 @@ class SlurmAttempt(AttemptChannel):
         r = self.t.login.run(argv, check=False, timeout=120)
         said = (r.stderr or r.stdout).strip()[-800:]
         if r.exit_code != 0 and SUBMISSION_REFUSED in said:  # Slurm's no to this job: asking again changes nothing
-            self._give_final({"status": Status.PREFLIGHT_FAILED.value, "cannot_run": [said],
-                              "error": f"Slurm refused the job: {said} (check the cluster's partition, account, "
-                                       f"gpus_per_node and sbatch_extra in hosts.yaml)"})
+            self._give_final(refused_by_slurm(said))
             return
         if r.exit_code != 0:
             raise HostError(self.t.name, f"sbatch failed (exit {r.exit_code}): {said}",
@@ -276,8 +274,8 @@ class SlurmAttempt(AttemptChannel):
                                      node=self.info.node, note=note,
                                      login_lost_s=round(self._lost_s, 3) if self._lost_s else None))
 
-    def _give_final(self, body: dict[str, Any]) -> None:
-        self._events.append(Final.from_dict(body))
+    def _give_final(self, final: Final) -> None:
+        self._events.append(final)
         self._finished = True
 
     def _login_trouble(self) -> None:
@@ -312,11 +310,11 @@ class SlurmAttempt(AttemptChannel):
             return ""
 
 
-def queued_jobs(name: str, host: ClusterHost) -> list[dict[str, str | None]]:
+def queued_jobs(name: str, host: ClusterHost) -> list[JobInfo]:
     """This harness's jobs on the cluster's repo, as the queue shows them now."""
     with connect(f"{name} (login)", host.cluster.login_host) as login:
         r = login.run(["squeue", "-h", "-n", job_name(host.repo), "-o", SQUEUE_FORMAT], check=False, timeout=60)
     if r.exit_code != 0:
         raise HostError(name, f"squeue failed (exit {r.exit_code}): {(r.stderr or r.stdout).strip()[-500:]}")
     jobs = [parse_squeue(line, line.split("|", 1)[0]) for line in r.stdout.splitlines() if line.strip()]
-    return [{"job_id": j.job_id, "state": j.state, "reason": j.reason, "node": j.node} for j in jobs if j]
+    return [j for j in jobs if j]

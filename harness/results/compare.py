@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..common.protocol import Status
 from ..safetext import display_line
+from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
 from .significance import mann_whitney_p
 
@@ -141,7 +142,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
         first = tops[-1][0]
         row.top_op = f"{first.name} {first.share * 100:.0f}%"
     for case in cases:
-        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get("samples", {}).get(metric) or [])]
+        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or [])]
         row.cells[case] = _cell(samples)
         cell = row.cells[case]
         if cell.n and cell.cv is not None and cell.cv > NOISY_CV:
@@ -216,9 +217,7 @@ def measured(row: Row) -> bool:
 
 def metric_names(records: list[Record]) -> list[str]:
     """The metrics `compare` can show for these records: those measured, and every one a record keeps."""
-    from .metrics import KEY_METRICS
-
-    seen = {m for r in records for case in r.metrics.values() for m in case.get("samples", {})}
+    seen = {m for r in records for case in r.metrics.values() for m in case.get(SAMPLES, {})}
     return sorted(seen | set(KEY_METRICS))
 
 

@@ -7,6 +7,12 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+# Metrics other modules read by name (SGLang's own names).
+OUTPUT_THROUGHPUT = "output_throughput"  # tok/s: what comparisons rank by unless told otherwise
+MEDIAN_TTFT_MS = "median_ttft_ms"
+MEDIAN_ITL_MS = "median_itl_ms"
+SAMPLES = "samples"  # a case's summary: metric → every repeat's value
+
 # The keys a record keeps per case (SGLang's own names); everything else stays in the JSONL file.
 KEY_METRICS = (
     "output_throughput", "request_throughput", "input_throughput", "total_throughput",
@@ -36,7 +42,7 @@ def parse_jsonl(text: str) -> list[dict[str, Any]]:
 def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Key metrics of one case over its repeats: the median, plus every repeat's value in `samples`."""
     rows = list(rows)
-    out: dict[str, Any] = {"repeats": len(rows), "samples": {}}
+    out: dict[str, Any] = {"repeats": len(rows), SAMPLES: {}}
     for key in KEY_METRICS:
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
         if values:

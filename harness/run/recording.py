@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..common.protocol import Spec, Status
+from ..common.protocol import Final, Hello, RecoveryReport, Spec, Status
+from ..common.wire import plain
 from ..errors import HarnessError
 from ..experiments.resolve import Resolved
 from ..masking import mask_secrets, redact_argv
@@ -23,8 +24,8 @@ from ..triage.classify import clean_line, hang_hint, iter_file_lines, triage_fil
 class AgentReport:
     """What the controller learned from the agent's event stream."""
 
-    final: dict[str, Any] | None = None
-    hello: dict[str, Any] | None = None
+    final: Final | None = None
+    hello: Hello | None = None
     clock_offset: float = 0.0  # host clock minus controller clock
     ping_sent: float = 0.0
     live_verdict: dict[str, Any] | None = None
@@ -38,20 +39,46 @@ class AgentReport:
     job_submitted: float = 0.0  # when the job was submitted (this machine's clock)
     # Called after each benchmark result and stage change: keeps what arrived on disk before the final report.
     checkpoint: Callable[[], None] | None = None
+    fetch_missing: list[str] = field(default_factory=list)  # artifacts that did not arrive whole
 
 
-# What the agent reports only when it applies; a record carries each one only when it is set (and truthy).
-AGENT_FACTS = ("dirty", "locked_by", "fetch_missing", "port_in_use", "cannot_run", "preflight_warnings", "arch",
-               "budget_exceeded", "gpu_dirty", "profile_error")
-EXPECTED_STATUS = {"ok": Status.OK, "crash": Status.CRASHED, "hang": Status.HUNG}
+# An experiment's `expect:` → the status that meets it.
+EXPECTED_STATUS = {Status.OK.value: Status.OK, "crash": Status.CRASHED, "hang": Status.HUNG}
+
+
+def agent_facts(final: Final, fetch_missing: list[str], profile_error: str | None) -> dict[str, Any]:
+    """What the agent reports only when it applies: a record carries each one only when it is set (and truthy)."""
+    pre = final.preflight
+    facts = {"dirty": pre.dirty, "locked_by": given(pre.locked_by), "fetch_missing": fetch_missing,
+             "port_in_use": pre.port_in_use, "cannot_run": pre.cannot_run, "preflight_warnings": pre.warnings,
+             "arch": pre.arch, "budget_exceeded": final.budget_exceeded, "gpu_dirty": final.gpu_dirty,
+             "profile_error": profile_error}
+    return {name: value for name, value in facts.items() if value}
+
+
+def given(part: object) -> dict[str, Any] | None:
+    """A report's facts as the record keeps them: those that apply (a fact that does not is left out)."""
+    if part is None:
+        return None
+    return {k: v for k, v in plain(part).items() if v is not None}
+
+
+def recovery_facts(recovered: RecoveryReport | None) -> dict[str, Any] | None:
+    """A recovery as the record keeps it (`Recovered`): the journal as the agent found it, what was done."""
+    if recovered is None:
+        return None
+    out = given(recovered)
+    assert out is not None
+    out.update(journal=plain(recovered.journal), stop=given(recovered.stop), revert=given(recovered.revert))
+    return out
 
 
 def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Spec, follow: AgentReport,
                 directory: Path, host_error: HarnessError | None, elapsed: float,
                 sweep: SweepAttempt | None = None) -> Record:
-    final = follow.final or {}
-    status = Status(final.get("status") or Status.INFRA_ERROR)
-    error = final.get("error")
+    final = follow.final or Final(status=Status.INFRA_ERROR)
+    status = final.status
+    error = final.error
     if error:
         error = mask_secrets(error, follow.secrets)
     if host_error is not None:
@@ -61,47 +88,47 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
     log = directory / "server.log"
     verdict: dict[str, Any] | None = None
     if status == Status.CRASHED:
-        exit_code = final.get("server_exit")
+        exit_code = final.server.exit_code
         triaged = triage_file(log, exit_code) if log.exists() else None
         verdict = triaged.to_dict() if triaged else follow.live_verdict
-        if final.get("foreign_port"):
+        if final.server.foreign_port:
             verdict = {"category": "port-in-use", "key_line": error, "phase": "warmup", "hint": None}
     elif status == Status.HUNG:
         last = _last_line(log) if log.exists() else None
         phase = triage_file(log).phase if log.exists() else None
         verdict = {"category": "hung", "key_line": last, "phase": phase,
                    "hint": hang_hint(phase, (directory / "stack-dump.txt").exists())}
-    profile = _profile_summary(directory, final)
-    timings = dict(final.get("timings") or {})
+    profile, profile_error = _profile_summary(directory)
+    timings = dict(final.timings)
     timings["total_s"] = round(elapsed, 4)
     metrics = {case: summarize(rows) for case, rows in follow.bench_rows.items()}
-    hello = follow.hello or {}
+    pre = final.preflight
     provenance = Provenance(
-        base_commit=final.get("base_commit"),
+        base_commit=pre.base_commit,
         patch_sets={s.name: s.sha256 for s in r.patch_sets},
         harness_version=__version__,
-        server_version=final.get("server_version"),
-        flashinfer_version=final.get("flashinfer_version"),
-        patch_variants=final.get("patch_variants"),
-        gpu=final.get("gpus"),
-        arch=final.get("arch"),
-        agent_python=hello.get("python"),
-        hostname=hello.get("hostname"),
+        server_version=pre.server_version,
+        flashinfer_version=pre.flashinfer_version,
+        patch_variants=pre.patch_variants,
+        gpu=plain(pre.gpus),
+        arch=pre.arch,
+        agent_python=follow.hello.python if follow.hello else None,
+        hostname=follow.hello.hostname if follow.hello else None,
     )
     # Secret flags' values go whatever their length; any other secret inside an argument is masked too.
     argv = [mask_secrets(a, follow.secrets) if isinstance(a, str) else a for a in redact_argv(spec.server.argv)]
     server = ServerInfo(argv=argv, env=redact_env(spec.server.env),
-                        port=final.get("port") or spec.server.port, exit_code=final.get("server_exit"),
-                        stop=final.get("stop"))
-    facts = {name: final[name] for name in AGENT_FACTS if final.get(name)}
+                        port=pre.port or spec.server.port, exit_code=final.server.exit_code,
+                        stop=given(final.server.stop))
+    facts = agent_facts(final, follow.fetch_missing, profile_error or final.bench.profile_error)
     record = Record(
         run_id=run_id, experiment=r.name, attempt=attempt, host=host_name, backend=r.backend_name,
         status=status, error=error, verdict=verdict, timings=timings,
         detect_latency_s=follow.detect_latency_s if status == Status.CRASHED else None,
-        metrics=metrics, provenance=provenance, revert=final.get("revert") or recovered_revert(final),
+        metrics=metrics, provenance=provenance, revert=given(final.revert) or recovered_revert(final),
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
-        experiment_file=str(r.file.resolve()), server=server, changed_paths=final.get("changed_paths"),
-        recovered=final.get("recovered"), abort_reason=final.get("abort_reason"), profile=profile,
+        experiment_file=str(r.file.resolve()), server=server, changed_paths=plain(final.patch.changed_paths),
+        recovered=recovery_facts(final.recovered), abort_reason=final.abort_reason, profile=profile,
         slurm=follow.job, **facts,
     )
     if sweep is not None:
@@ -109,12 +136,11 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
     return record
 
 
-def recovered_revert(final: dict[str, Any]) -> dict[str, Any] | None:
+def recovered_revert(final: Final) -> dict[str, Any] | None:
     """What became of the tree when this attempt did no revert of its own: the recovery's (its dead agent's
     watchdog, the controller's `recover`, or this attempt's preflight finding an interrupted one's journal).
     Verified or not — with the paths that differ — it is the last word on the host's tree."""
-    recovered = final.get("recovered")
-    return recovered.get("revert") if isinstance(recovered, dict) else None
+    return given(final.recovered.revert) if final.recovered is not None else None
 
 
 def bench_complete(spec: Spec, follow: AgentReport) -> bool:
@@ -133,29 +159,29 @@ def make_provisional_record(r: Resolved, host_name: str, run_id: str, attempt: s
             "report, %s. The agent on the host stops the server and reverts by itself (`harness status %s` shows "
             "anything left)" % (follow.stage or "bench", "after every benchmark case had finished" if done
                                 else "before the benchmark had finished", host_name))
-    stand_in = AgentReport(final={"status": (Status.OK if done else Status.ABORTED).value, "error": note},
+    stand_in = AgentReport(final=Final(status=Status.OK if done else Status.ABORTED, error=note),
                            hello=follow.hello, bench_rows=follow.bench_rows, secrets=follow.secrets)
     record = make_record(r, host_name, run_id, attempt, spec, stand_in, directory, None, elapsed, sweep)
     record.provisional = True
     return record
 
 
-def _profile_summary(directory: Path, final: dict[str, Any]) -> dict[str, Any] | None:
-    """The top operations by GPU time in the rank-0 trace (what the comparison's "top op" shows)."""
+def _profile_summary(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The top operations by GPU time in the rank-0 trace (what the comparison's "top op" shows), or why the
+    trace that came cannot be read."""
     traces = sorted((directory / "profile").glob("*-TP-0*.trace.json*")) if (directory / "profile").is_dir() else []
     if not traces:
-        return None
+        return None, None
     from ..triage.profile import summarize_trace
 
     try:
         summary = summarize_trace(traces[0], top=8)
     except (OSError, ValueError) as exc:
-        final["profile_error"] = f"cannot read {traces[0].name}: {exc}"
-        return None
+        return None, f"cannot read {traces[0].name}: {exc}"
     out = summary.to_dict()
     out["trace"] = str(traces[0].relative_to(directory))
     out["files"] = sorted(str(p.relative_to(directory)) for p in (directory / "profile").iterdir())
-    return out
+    return out, None
 
 
 def _last_line(path: Path) -> str | None:

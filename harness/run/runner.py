@@ -26,6 +26,7 @@ from ..common.protocol import (
     ServerSpec,
     Spec,
     StageChanged,
+    Status,
     Timeouts,
 )
 from ..errors import AgentProtocolError, HarnessError, HostError, Interrupted, ResultsError
@@ -42,7 +43,7 @@ from ..results.schemas import Record, SlurmJob, SweepAttempt
 from ..results.store import ResultsStore
 from ..safetext import display_line
 from ..triage.classify import triage_text
-from .recording import AgentReport, make_provisional_record, make_record
+from .recording import AgentReport, make_provisional_record, make_record, recovery_facts
 
 
 class Reporter(Protocol):
@@ -104,7 +105,7 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
         # running — the agent, if it started, has already stopped and reverted.
         follow.interrupted = True
         if follow.final is None:
-            follow.final = {"status": "aborted", "error": "interrupted before the attempt finished"}
+            follow.final = Final(status=Status.ABORTED, error="interrupted before the attempt finished")
     record = make_record(resolved, host_name, run_id, attempt, spec, follow, directory, host_error,
                           time.monotonic() - t0, record_extra)
     store.write_record(directory, record)
@@ -118,16 +119,15 @@ def run_attempt(resolved: Resolved, host_name: str, host: HostConfig, store: Res
     return outcome
 
 
-def _tell_the_interrupted_attempt(store: ResultsStore, final: dict | None, spec: Spec, reporter: Reporter,
+def _tell_the_interrupted_attempt(store: ResultsStore, final: Final | None, spec: Spec, reporter: Reporter,
                                   label: str) -> None:
     """This attempt recovered another's leftovers: an attempt of this store whose controller was killed keeps
     only a provisional record, which then learns what became of the tree."""
-    recovered = (final or {}).get("recovered")
-    journal = (recovered or {}).get("journal") or {}
-    if not recovered or (journal.get("run_id"), journal.get("attempt_id")) == (spec.run_id, spec.attempt_id):
+    recovered = final.recovered if final is not None else None
+    if recovered is None or (recovered.journal.run_id, recovered.journal.attempt_id) == (spec.run_id, spec.attempt_id):
         return
     try:
-        store.note_recovery(recovered)
+        store.note_recovery(recovery_facts(recovered) or {})
     except (ResultsError, ValueError) as exc:  # never at this attempt's expense
         reporter.note(label, f"cannot note the recovery in the interrupted attempt's record: {exc}")
 
@@ -166,62 +166,62 @@ def run_attempt_in_foreground(*args: Any, **kwargs: Any) -> AttemptOutcome:
 
 
 def _recover_after_agent_death(transport_factory: Callable[[str, HostConfig], Transport], host_name: str,
-                               host: HostConfig, spec: Spec, reporter: Reporter, label: str) -> dict:
+                               host: HostConfig, spec: Spec, reporter: Reporter, label: str) -> Final:
     """The agent died without its final word (killed on the host): recover now, while we are here —
     its watchdog has usually done it already; then the report says what it did."""
     reporter.note(label, "the agent on the host died; recovering the host now")
     try:
         res = _service(host_name, host, "recover", transport_factory, lock_wait_s=60.0)
     except (HostError, AgentProtocolError) as exc:
-        return {"status": "infra-error", "error": f"recovery after the agent's death failed: {exc}"}
-    recovered = res.get("recovered")
-    journal = (recovered or {}).get("journal") or {}
-    if journal.get("attempt_id") != spec.attempt_id or journal.get("run_id") != spec.run_id:
+        return Final(status=Status.INFRA_ERROR, error=f"recovery after the agent's death failed: {exc}")
+    recovered = res.recovered
+    if recovered is not None and (recovered.journal.attempt_id != spec.attempt_id
+                                  or recovered.journal.run_id != spec.run_id):
         recovered = None  # a report about some other attempt
-    return {"status": "infra-error", "recovered": recovered}
+    return Final(status=Status.INFRA_ERROR, recovered=recovered)
 
 
 def check_patches(resolved: Resolved, host_name: str, host: HostConfig, *,
-                  transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
+                  transport_factory: Callable[[str, HostConfig], Transport] = connect) -> Final:
     """Dry run of an experiment's patch sets on a host, through the agent: lock, check the tree is clean,
     apply, compile every patched .py, revert, verify byte-identical. Launches nothing. Returns the agent's
-    final report (`status` ok | apply-failed | preflight-failed | infra-error, `compiled`, `revert`)."""
+    final report (`status` ok | apply-failed | preflight-failed | infra-error, `patch.compiled`, `revert`)."""
     run_id = "patchcheck-" + time.strftime("%Y%m%d-%H%M%S")
     spec = build_spec(resolved, host, run_id=run_id, attempt_id=resolved.name)
     spec.mode = Mode.APPLY_REVERT.value
     follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), resolved.name)
-    return follow.final or {"status": "infra-error", "error": "no final report"}
+    return follow.final or no_final_report()
 
 
 def host_status(host_name: str, host: HostConfig, *,
-                transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
-    """The host's lock holder, leftover journal, GPUs and their processes (read-only). For a cluster: the
-    repo as the login node sees it on the shared storage, and this harness's jobs in the queue."""
+                transport_factory: Callable[[str, HostConfig], Transport] = connect) -> Final:
+    """The host's lock holder, leftover journal, GPUs and their processes (read-only; `repo_status`). For a
+    cluster: the repo as the login node sees it on the shared storage (its queue: `slurmjob.queued_jobs`)."""
     if isinstance(host, ClusterHost):
-        from ..hosts.slurmjob import queued_jobs
-
-        res = _service(host_name, host.cluster.login_host, "status", transport_factory)
-        res["queue"] = queued_jobs(host_name, host)
-        return res
+        return _service(host_name, host.cluster.login_host, "status", transport_factory)
     return _service(host_name, host, "status", transport_factory)
 
 
 def recover_host(host_name: str, host: HostConfig, *,
-                 transport_factory: Callable[[str, HostConfig], Transport] = connect) -> dict:
+                 transport_factory: Callable[[str, HostConfig], Transport] = connect) -> Final:
     """Finish what an interrupted attempt left: stop its server (only if it is still the same process) and
     restore the tree from the journal. Refused while another harness holds the repo's lock."""
     return _service(host_name, host, "recover", transport_factory)
 
 
 def _service(host_name: str, host: HostConfig, mode: str,
-             transport_factory: Callable[[str, HostConfig], Transport], lock_wait_s: float = 0.0) -> dict:
+             transport_factory: Callable[[str, HostConfig], Transport], lock_wait_s: float = 0.0) -> Final:
     spec = Spec(run_id="service-" + time.strftime("%Y%m%d-%H%M%S"), attempt_id=mode, repo=host.repo, mode=mode,
                 workdir=host.workdir, server=ServerSpec(argv=[host.python], env=dict(host.env), port=0),
                 timeouts=Timeouts(stop_grace=30), heartbeat_timeout_s=60, lock_wait_s=lock_wait_s)
     follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), f"{mode}@{host_name}")
-    return follow.final or {"status": "infra-error", "error": "no final report"}
+    return follow.final or no_final_report()
+
+
+def no_final_report() -> Final:
+    return Final(status=Status.INFRA_ERROR, error="no final report")
 
 
 def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_name: str, host: HostConfig,
@@ -237,7 +237,7 @@ def _run_agent(transport_factory: Callable[[str, HostConfig], Transport], host_n
         same_clock = host.is_local or isinstance(host, ClusterHost)
         _follow_agent(channel, spec, follow, reporter, label, same_clock)
         if follow.final is not None and fetch_into is not None:
-            _fetch_artifacts(transport, follow.final, fetch_into)
+            follow.fetch_missing = _fetch_artifacts(transport, follow.final, fetch_into)
             mask_files(fetch_into, follow.secrets)  # set by _follow_agent, which a final report implies
     finally:
         if transport is not None:
@@ -310,7 +310,7 @@ def _on_event(ev: Event, follow: AgentReport, channel: AttemptChannel, reporter:
             if follow.job is not None:
                 follow.job.requeued += 1
             reporter.note(label, f"the job was requeued; it runs again from the start on {ev.hostname}")
-        follow.hello = ev.to_dict()
+        follow.hello = ev
         if follow.job is not None and follow.job.agent_start_s is None:
             follow.job.agent_start_s = round(ev.host_time - follow.job_submitted, 3)
         if not is_local:  # same clock when local; else measure the offset with one round trip
@@ -347,7 +347,7 @@ def _on_event(ev: Event, follow: AgentReport, channel: AttemptChannel, reporter:
         else:
             reporter.stage(label, describe(JobInfo(ev.job_id, ev.state, ev.reason, ev.node)))
     elif isinstance(ev, Final):
-        follow.final = ev.to_dict()
+        follow.final = ev
         return True
     # Alive (a quiet agent), Launched, Ready and BenchStarted: known, nothing to do on this side.
     return False
@@ -369,20 +369,21 @@ def _note_job_state(follow: AgentReport, ev: JobState) -> None:
     job.login_lost_s = ev.login_lost_s or job.login_lost_s
 
 
-def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
+def _fetch_artifacts(t: Transport, final: Final, directory: Path) -> list[str]:
+    """Copy the attempt's files from the host into `directory`; the ones that did not arrive whole."""
     wanted: list[tuple[str, str]] = []
-    if final.get("server_log"):
-        wanted.append((final["server_log"], "server.log"))
-    for case, path in (final.get("bench_files") or {}).items():
+    if final.server.log:
+        wanted.append((final.server.log, "server.log"))
+    for case, path in (final.bench.files or {}).items():
         wanted.append((path, f"bench-{case}.jsonl"))
         wanted.append((path[: -len(".jsonl")] + ".log", f"bench-{case}.log"))
-    if final.get("profile_files"):
+    if final.bench.profile_files:
         (directory / "profile").mkdir(exist_ok=True)
-        for path in final["profile_files"]:
+        for path in final.bench.profile_files:
             wanted.append((path, "profile/" + path.rsplit("/", 1)[-1]))
-    if final.get("stack_dump"):
-        wanted.append((final["stack_dump"], "stack-dump.txt"))
-    expected = final.get("artifacts") or {}
+    if final.server.stack_dump:
+        wanted.append((final.server.stack_dump, "stack-dump.txt"))
+    expected = final.artifacts or {}
     missing = []
     for remote, local in wanted:
         try:
@@ -395,5 +396,4 @@ def _fetch_artifacts(t: Transport, final: dict, directory: Path) -> None:
         if remote in expected and sha256_file(str(directory / local)) != expected[remote]:
             missing.append(f"{remote} (arrived with another sha256 than the host's)")
             (directory / local).unlink()
-    if missing:
-        final.setdefault("fetch_missing", missing)
+    return missing

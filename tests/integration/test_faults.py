@@ -215,7 +215,8 @@ def test_agent_sigkilled_mid_benchmark_its_watchdog_cleans_the_host_within_10s(t
         assert rec["revert"]["tree_after"] == rec["revert"]["tree_before"] and not rec["revert"]["diff"]
         assert tree_snapshot(sim_target.repo) == before
     status = host_status("box", HostConfig(**_host_entry(sim_target, tmp_path)))
-    assert status["journal"] is None and not status["lock"]["held"]
+    seen = status.repo_status
+    assert seen is not None and seen.journal is None and seen.lock is not None and not seen.lock.held
     figure(f"agent SIGKILLed mid-benchmark (controller {controller})", survived=True,
            time_to_clean_s=round(time.monotonic() - t_kill if took is None else took, 1), lost=0,
            note="the agent's watchdog stopped the server and restored the tree; no harness command needed")
@@ -237,7 +238,7 @@ def test_recovery_never_kills_a_reused_pid(tmp_path, sim_target):
             "delete": [], "created_dirs": [], "state": "running",
             "server": {"pid": bystander.pid, "pgid": bystander.pid, "start": 1}}))
         res = recover_host("sim", local(sim_target, tmp_path)[1])
-        assert res["recovered"]["stop"]["state"] in ("already-gone", "killed-marked")
+        assert res.recovered.stop.state in ("already-gone", "killed-marked")
         assert bystander.poll() is None, "recovery killed a process that was not the attempt's"
     finally:
         bystander.kill()

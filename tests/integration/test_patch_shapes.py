@@ -71,9 +71,9 @@ def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, sh
                                     "server": {"port": "auto"}}))
     host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
     result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
-    assert result["status"] == "ok", result.get("error")
-    assert result["revert"]["verified"] is True
-    changed = set(result["changed_paths"]["restore"]) | set(result["changed_paths"]["delete"])
+    assert result.status == "ok", result.error
+    assert result.revert.verified is True
+    changed = set(result.patch.changed_paths.restore) | set(result.patch.changed_paths.delete)
     expected = {"pure-rename": {"pkg/old.py", "pkg/new.py"}, "mode-only": {"run.sh"},
                 "crlf-content": {"dos.txt"}, "symlink-to-a-folder": {"pkg-link"}}[shape]
     assert changed == expected
@@ -103,9 +103,9 @@ def test_autocrlf_on_the_host_does_not_fool_the_revert_check(tmp_path, repo):
                                     "server": {"port": "auto"}}))
     host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
     result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert b"\r\n" not in (repo / "pkg" / "old.py").read_bytes()
-    assert tree_snapshot(repo) == before and result["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and result.revert.verified is True
 
 
 def test_an_unverifiable_revert_is_never_reported_verified_whatever_git_config_says(tmp_path, repo):

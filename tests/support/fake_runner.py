@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.common.protocol import Status
+from harness.common.protocol import Final, GpuInfo, RepoStatus, Status
 from harness.errors import HostUnreachable
 from harness.results.schemas import Record, SweepAttempt
 from harness.results.store import ResultsStore
@@ -35,7 +35,7 @@ class FakeRunner:
         with self._lock:
             self.dead.pop(host, None)
 
-    def probe(self, host_name: str, host: Any) -> dict[str, Any]:
+    def probe(self, host_name: str, host: Any) -> Final:
         with self._lock:
             why = self.dead.get(host_name)
             self.probes.append((host_name, not why))
@@ -43,8 +43,8 @@ class FakeRunner:
         if why:
             raise HostUnreachable(host_name, why)
         cap = f"{arch[2:-1]}.{arch[-1]}" if arch else ""
-        return {"status": "ok", "repo": host.repo,
-                "gpus": [{"index": str(i), "name": "GPU", "compute_cap": cap} for i in range(host.gpus or 8)]}
+        gpus = [GpuInfo(index=str(i), name="GPU", compute_cap=cap) for i in range(host.gpus or 8)]
+        return Final(status=Status.OK, repo_status=RepoStatus(repo=host.repo, exists=True, git=True, gpus=gpus))
 
     def __call__(self, resolved: Any, host_name: str, host: Any, store: ResultsStore, run_id: str, *,
                  record_extra: SweepAttempt | None = None, **_: Any) -> AttemptOutcome:

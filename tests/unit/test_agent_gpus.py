@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 
 from harness.agent.gpu import query_gpus, visible_gpus
+from harness.common.protocol import GpuInfo
 
 UUIDS = ["GPU-5e1a0000-0000-4000-8000-000000000000", "GPU-77b2e0f1-1111-4000-8000-000000000001",
          "GPU-9c3d0000-2222-4000-8000-000000000002"]
 BOX = [{"index": str(i), "uuid": u, "name": "NVIDIA H200"} for i, u in enumerate(UUIDS)]
 
 
-def indices(gpus: list[dict[str, str]]) -> list[str]:
-    return [g["index"] for g in gpus]
+def indices(gpus: list[dict[str, str]] | list[GpuInfo]) -> list[str]:
+    return [g.index if isinstance(g, GpuInfo) else g["index"] for g in gpus]
 
 
 def test_without_the_variable_every_gpu_is_visible():
@@ -51,5 +52,5 @@ def test_query_gpus_applies_the_variable_to_what_nvidia_smi_prints(tmp_path: Pat
     env = {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
     assert indices(query_gpus(env) or []) == ["0", "1", "2"]
     pinned = query_gpus({**env, "CUDA_VISIBLE_DEVICES": "1"})
-    assert pinned == [{"index": "1", "uuid": UUIDS[1], "name": "NVIDIA H200", "compute_cap": "9.0",
-                       "memory_total_mib": "143771", "memory_used_mib": "100"}]
+    assert pinned == [GpuInfo(index="1", uuid=UUIDS[1], name="NVIDIA H200", compute_cap="9.0",
+                              memory_total_mib="143771", memory_used_mib="100")]

@@ -25,6 +25,7 @@ from harness.agent import watchdog
 from harness.agent.attempt import Attempt
 from harness.agent.serve import final_report
 from harness.agent.tree import Git
+from harness.common.protocol import ChangedPaths, Journal, RecoveryReport, RevertReport, StopReport
 from tests.conftest import marked_processes, tree_snapshot
 from tests.unit.test_agent_tree import (
     RecordingLink,
@@ -90,7 +91,7 @@ def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(re
     link = RecordingLink({"compile": look})
     attempt = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], files=BLOB), link)
     result = attempt.run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
 
     expected = {"version": 3, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
                 "repo": str(repo), "base_commit": head, "dirty_before": ["notes.txt"], "restore": AWKWARD_RESTORE,
@@ -111,7 +112,7 @@ def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(re
     created = datetime.strptime(seen["created"], "%Y-%m-%dT%H:%M:%S%z")
     assert abs(datetime.now(timezone.utc) - created) < timedelta(minutes=10)
 
-    assert result["changed_paths"] == {"restore": AWKWARD_RESTORE, "delete": AWKWARD_DELETE}
+    assert result.patch.changed_paths == ChangedPaths(restore=AWKWARD_RESTORE, delete=AWKWARD_DELETE)
     assert stages(link) == ["lock", "preflight", "patch", "compile", "revert"]
     assert final_report(result, attempt, link).status == "ok"  # every key is one the protocol declares
 
@@ -157,8 +158,8 @@ def test_agent_killed_right_after_git_apply_is_recovered_from_the_journal_writte
     journal = read_journal(repo)
     assert journal["state"] == "applying" and journal["attempt_id"] == "killed"
     result = recover(repo, tmp_path)
-    assert result["status"] == "ok", result.get("error")
-    assert result["recovered"]["revert"]["verified"] is True
+    assert result.status == "ok", result.error
+    assert result.recovered.revert.verified is True
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
@@ -167,8 +168,8 @@ def test_a_journal_file_that_is_not_a_json_object_is_not_taken_for_a_journal(rep
     journal_path(repo).write_text("[]")
     before = tree_snapshot(repo)
     result = recover(repo, tmp_path)
-    assert result["status"] == "ok", result.get("error")
-    assert result["recovered"] is None and "nothing to recover" in result["message"]
+    assert result.status == "ok", result.error
+    assert result.recovered is None and "nothing to recover" in result.message
     assert tree_snapshot(repo) == before
 
 
@@ -195,9 +196,9 @@ def test_cleanup_stops_the_server_it_launched_then_restores_the_tree(repo, tmp_p
     assert running["state"] == "running"
     assert running["server"] == {"pid": pid, "pgid": pid, "start": started}
     assert alive == []
-    assert attempt.result["stop"]["signal"] == "TERM" and attempt.result["stop"]["left"] == []
+    assert attempt.result.server.stop.signal == "TERM" and attempt.result.server.stop.left == []
     assert stages(link) == ["stop", "revert"]
-    assert attempt.result["revert"]["verified"] is True
+    assert attempt.result.revert.verified is True
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
     assert final_report(attempt.result, attempt, link).status == "ok"
 
@@ -220,10 +221,10 @@ def test_agent_killed_while_its_server_runs_the_next_agent_stops_that_server_and
         end_leftovers(run_id)
 
     assert alive == []
-    assert result["status"] == "ok", result.get("error")
-    assert result["recovered"]["stop"]["state"] == "stopped"
+    assert result.status == "ok", result.error
+    assert result.recovered.stop.state == "stopped"
     assert [e["journal"]["server"]["pid"] for e in link.events if e["event"] == "recovering"] == [pid]
-    assert result["recovered"]["revert"]["verified"] is True
+    assert result.recovered.revert.verified is True
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
@@ -251,9 +252,9 @@ def test_recover_while_another_agent_holds_the_lock_names_it_and_changes_nothing
         assert tree_snapshot(repo) == patched and journal_path(repo).read_text() == journal
     finally:
         holder.cleanup()
-    assert result["status"] == "infra-error"
-    assert result["locked_by"]["attempt_id"] == "holder" and result["locked_by"]["run_id"] == "r1"
-    assert "holder" in result["error"]
+    assert result.status == "infra-error"
+    assert result.preflight.locked_by.attempt_id == "holder" and result.preflight.locked_by.run_id == "r1"
+    assert "holder" in result.error
 
 
 def test_a_revert_that_fails_is_reported_as_infra_error_and_the_journal_kept_for_recovery(repo, tmp_path):
@@ -261,12 +262,12 @@ def test_a_revert_that_fails_is_reported_as_infra_error_and_the_journal_kept_for
     index_lock = repo / ".git" / "index.lock"  # another git command holds the index while we revert
     link = RecordingLink({"compile": lambda: index_lock.write_text("")})
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
-    assert result["status"] == "infra-error"
-    assert "cleanup failed" in result["error"] and "index.lock" in result["error"]
+    assert result.status == "infra-error"
+    assert "cleanup failed" in result.error and "index.lock" in result.error
     assert journal_path(repo).exists()
 
     index_lock.unlink()
-    assert recover(repo, tmp_path)["status"] == "ok"
+    assert recover(repo, tmp_path).status == "ok"
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
@@ -276,11 +277,11 @@ def test_recovery_that_cannot_restore_exactly_refuses_naming_the_attempt_and_up_
     for name in strays:
         (repo / name).write_bytes(b"core dump")
     result = recover(repo, tmp_path)
-    assert result["status"] == "preflight-failed"
-    assert "killed" in result["error"]
-    listed = result["error"].split("changed paths: ", 1)[1].split(", ")
+    assert result.status == "preflight-failed"
+    assert "killed" in result.error
+    listed = result.error.split("changed paths: ", 1)[1].split(", ")
     assert len(listed) == 20 and set(listed) <= set(strays)
-    assert result["recovered"]["revert"]["verified"] is False and journal_path(repo).exists()
+    assert result.recovered.revert.verified is False and journal_path(repo).exists()
 
 
 def test_recovery_after_git_pruned_the_recorded_tree_still_refuses_naming_the_attempt(repo, tmp_path):
@@ -290,9 +291,9 @@ def test_recovery_after_git_pruned_the_recorded_tree_still_refuses_naming_the_at
     (repo / "core.1").write_bytes(b"core dump")
     git(repo, "gc", "-q", "--prune=now")
     result = recover(repo, tmp_path)
-    assert result["status"] == "preflight-failed"
-    assert result["recovered"]["journal"]["attempt_id"] == "killed"
-    assert result["recovered"]["revert"]["verified"] is False and journal_path(repo).exists()
+    assert result.status == "preflight-failed"
+    assert result.recovered.journal.attempt_id == "killed"
+    assert result.recovered.revert.verified is False and journal_path(repo).exists()
 
 
 # ------------------------------------------------------------------ what the revert saves, checks and reports
@@ -306,14 +307,14 @@ def test_files_left_under_ignored_paths_are_named_even_in_a_folder_already_ignor
         (repo / "build" / latin1).write_bytes(b"y")
 
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink({"compile": leave_files})).run()
-    assert result["status"] == "ok", result.get("error")
-    assert result["revert"]["verified"] is True  # ignored files are not the user's tree...
-    assert result["revert"]["stray_ignored"] == ["build/dump-\ufffd.bin", "build/new.o"]  # ...but they are named
+    assert result.status == "ok", result.error
+    assert result.revert.verified is True  # ignored files are not the user's tree...
+    assert result.revert.stray_ignored == ["build/dump-\ufffd.bin", "build/new.o"]  # ...but they are named
 
 
 def test_nothing_left_under_ignored_paths_names_nothing(repo, tmp_path):
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink()).run()
-    assert result["status"] == "ok" and "stray_ignored" not in result["revert"]
+    assert result.status == "ok" and result.revert.stray_ignored is None
 
 
 def test_a_backup_left_by_a_recovered_attempt_is_replaced_not_reused(repo, tmp_path):
@@ -322,7 +323,7 @@ def test_a_backup_left_by_a_recovered_attempt_is_replaced_not_reused(repo, tmp_p
     stale.write_text("bytes from some earlier attempt\n")
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink()).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert tree_snapshot(repo) == before
 
 
@@ -337,8 +338,8 @@ def test_without_its_saved_bytes_the_revert_restores_every_file_from_the_base_co
     dying.release_lock()
     shutil.rmtree(repo / ".git" / "harness" / "backup")
     result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescue"), RecordingLink()).recover()
-    assert result["recovered"]["revert"]["verified"] is True
-    assert "nothing to recover" not in result.get("message", ""), "it did recover: the message must not say not"
+    assert result.recovered.revert.verified is True
+    assert "nothing to recover" not in (result.message or ""), "it did recover: the message must not say not"
     assert tree_snapshot(repo) == before
 
 
@@ -348,7 +349,7 @@ def test_an_unverified_revert_without_the_snapshot_file_still_reports_and_keeps_
         (repo / ".git" / "harness" / "manifest.json").unlink()  # lost (an older agent never wrote one)
 
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink({"compile": stray})).run()
-    assert result["revert"]["verified"] is False and "core.1" in result["revert"]["diff"]
+    assert result.revert.verified is False and "core.1" in result.revert.diff
     assert journal_path(repo).exists()
 
 
@@ -363,7 +364,7 @@ def test_what_the_plan_misses_the_journal_still_covers(repo, tmp_path, monkeypat
     seen: dict = {}
     link = RecordingLink({"compile": lambda: seen.update(read_journal(repo))})
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert seen["restore"] == AWKWARD_RESTORE
     assert seen["delete"] == ["pkg/new/deeper/deepest/module.py", "pkg/new_name.py"]
     assert tree_snapshot(repo) == before
@@ -407,11 +408,11 @@ def test_recovery_whose_server_still_holds_gpu_memory_refuses_the_attempt_naming
     finally:
         server.kill()
         server.wait()
-    assert result["status"] == "preflight-failed"
-    assert "still holds GPU memory" in result["error"] and str(server.pid) in result["error"]
-    assert result["gpu_dirty"] == {str(server.pid): 4242}
-    assert result["recovered"]["stop"]["gpu_dirty"] == {str(server.pid): 4242}
-    assert result["recovered"]["revert"]["verified"] is True
+    assert result.status == "preflight-failed"
+    assert "still holds GPU memory" in result.error and str(server.pid) in result.error
+    assert result.gpu_dirty == {str(server.pid): 4242}
+    assert result.recovered.stop.gpu_dirty == {str(server.pid): 4242}
+    assert result.recovered.revert.verified is True
 
 
 def test_gpu_memory_a_recovery_left_held_refuses_every_next_attempt_whoever_recovered(repo, tmp_path):
@@ -430,9 +431,9 @@ def test_gpu_memory_a_recovery_left_held_refuses_every_next_attempt_whoever_reco
     finally:
         server.kill()
         server.wait()
-    assert results[0]["recovered"]["by"] == "recover"
-    assert results[1]["status"] == "preflight-failed", results[1].get("error")
-    assert str(server.pid) in results[1]["error"] and results[1]["gpu_dirty"] == {str(server.pid): 4242}
+    assert results[0].recovered.by == "recover"
+    assert results[1].status == "preflight-failed", results[1].error
+    assert str(server.pid) in results[1].error and results[1].gpu_dirty == {str(server.pid): 4242}
 
 
 def test_recover_reports_what_the_watchdog_already_did(repo, tmp_path):
@@ -441,7 +442,10 @@ def test_recover_reports_what_the_watchdog_already_did(repo, tmp_path):
     (repo / ".git" / "harness").mkdir(exist_ok=True)
     (repo / ".git" / "harness" / "watchdog.json").write_text(json.dumps(report))
     result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescue"), RecordingLink()).recover()
-    assert result["recovered"] == report and "nothing to recover" in result["message"]
+    assert result.recovered == RecoveryReport(journal=Journal(run_id="r1", attempt_id="a1"),
+                                              stop=StopReport(state="stopped"), revert=RevertReport(verified=True),
+                                              by="watchdog", took_s=1.5)
+    assert "nothing to recover" in result.message
 
 
 def test_recovery_waits_for_gpu_memory_to_be_released_as_after_a_normal_stop(repo, tmp_path):
@@ -458,8 +462,8 @@ def test_recovery_waits_for_gpu_memory_to_be_released_as_after_a_normal_stop(rep
     finally:
         server.kill()
         server.wait()
-    assert result["status"] == "ok", result.get("error")
-    assert "gpu_dirty" not in result["recovered"]["stop"]
+    assert result.status == "ok", result.error
+    assert result.recovered.stop.gpu_dirty is None
 
 
 
@@ -498,7 +502,7 @@ def test_watchdog_leaves_alone_a_journal_its_agent_kept_after_an_unverified_reve
     The watchdog must not take that for a dead agent's work: it would take the lock and race (and make
     fail as locked) the very next attempt, which is what is meant to refuse the tree and say why."""
     link = RecordingLink({"compile": lambda: (repo / "core.7").write_bytes(b"x")})
-    assert Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()["revert"]["verified"] is False
+    assert Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run().revert.verified is False
     left = tree_snapshot(repo)
     kept = read_journal(repo)
     assert hand_to_watchdog(repo, tmp_path) == 0

@@ -152,12 +152,12 @@ def test_awkward_patch_set_is_applied_then_restored_byte_for_byte(repo, tmp_path
                     files=[("extra/dir/blob.bin", b"\x00\xffraw", 0o600), ("pkg/whole.py", b"WHOLE = 1\n", 0o644)])
     result = Attempt(spec, link).run()
 
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert seen_patched == {"module": True, "whole_file": b"\x00\xffraw", "whole_file_in_existing_dir": b"WHOLE = 1\n",
                             "gone": True, "renamed": True, "tool_exec": True, "run_exec": False, "journal": True}
-    revert = result["revert"]
-    assert revert["verified"] is True and revert["diff"] == []
-    assert len(revert["tree_before"]) == 64 and revert["tree_after"] == revert["tree_before"]
+    revert = result.revert
+    assert revert is not None and revert.verified is True and revert.diff == []
+    assert revert.tree_before is not None and len(revert.tree_before) == 64 and revert.tree_after == revert.tree_before
     assert tree_snapshot(repo) == before  # every new directory gone, deletions and modes restored
     assert git_state(repo) == git_before  # the same branch checked out, nothing staged
     assert not journal_path(repo).exists()
@@ -177,9 +177,9 @@ def test_files_created_in_the_tree_while_patched_make_the_revert_unverified(repo
     spec = spec_for(repo, tmp_path, [awkward_patch(repo)])
     result = Attempt(spec, link).run()
 
-    assert result["revert"]["verified"] is False
-    assert set(result["revert"]["diff"]) >= {"pkg/__init__.py", "core.12345"}
-    assert result["status"] == "infra-error" and "revert could not be verified" in result["error"]
+    assert result.revert.verified is False
+    assert set(result.revert.diff) >= {"pkg/__init__.py", "core.12345"}
+    assert result.status == "infra-error" and "revert could not be verified" in result.error
     assert journal_path(repo).exists(), "the journal is the only trace of what was patched: it must stay"
     journal = json.loads(journal_path(repo).read_text())
     assert journal["attempt_id"] == "a1"
@@ -190,22 +190,22 @@ def test_files_created_in_the_tree_while_patched_make_the_revert_unverified(repo
     # The next attempt on this tree refuses to run, names the leftover and changes nothing.
     left = tree_snapshot(repo)
     nxt = Attempt(spec_for(repo, tmp_path, [], attempt_id="a2"), RecordingLink()).run()
-    assert nxt["status"] == "preflight-failed"
-    assert "a1" in nxt["error"] and "core.12345" in nxt["error"] and "pkg/__init__.py" in nxt["error"]
+    assert nxt.status == "preflight-failed"
+    assert "a1" in nxt.error and "core.12345" in nxt.error and "pkg/__init__.py" in nxt.error
     assert tree_snapshot(repo) == left and journal_path(repo).exists()
 
 
 def test_after_the_stray_files_are_dealt_with_the_next_attempt_recovers_and_runs(repo, tmp_path):
     before = tree_snapshot(repo)
     link = RecordingLink({"compile": lambda: (repo / "core.1").write_bytes(b"x")})
-    assert Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()["revert"]["verified"] is False
+    assert Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run().revert.verified is False
     (repo / "core.1").unlink()  # the operator removes the core dump; the journal is still there
 
     link2 = RecordingLink()
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)], attempt_id="a2"), link2).run()
-    assert result["status"] == "ok", result.get("error")
-    assert result["recovered"]["journal"]["attempt_id"] == "a1"
-    assert result["recovered"]["revert"]["verified"] is True
+    assert result.status == "ok", result.error
+    assert result.recovered.journal.attempt_id == "a1"
+    assert result.recovered.revert.verified is True
     assert any(e["event"] == "recovering" for e in link2.events)
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
@@ -223,16 +223,16 @@ def test_agent_killed_while_patched_is_recovered_by_the_next_agent(repo, tmp_pat
 
     rescuer = Attempt(spec_for(repo, tmp_path, [], attempt_id="recover"), RecordingLink())
     result = rescuer.recover()
-    assert result["status"] == "ok", result.get("error")
-    assert result["recovered"]["revert"]["verified"] is True
+    assert result.status == "ok", result.error
+    assert result.recovered.revert.verified is True
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
 def test_recover_without_a_journal_changes_nothing_and_says_so(repo, tmp_path):
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, []), RecordingLink()).recover()
-    assert result["status"] == "ok" and result["recovered"] is None
-    assert "nothing to recover" in result["message"]
+    assert result.status == "ok" and result.recovered is None
+    assert "nothing to recover" in result.message
     assert tree_snapshot(repo) == before
 
 
@@ -242,9 +242,9 @@ def test_patch_that_does_not_apply_changes_nothing_and_leaves_no_journal(repo, t
     stale = ("--- a/pkg/server.py\n+++ b/pkg/server.py\n@@ -1,2 +1,2 @@\n def serve():\n"
              "-    return 'something else'\n+    return 'x'\n")
     result = Attempt(spec_for(repo, tmp_path, [good, stale]), RecordingLink()).run()
-    assert result["status"] == "apply-failed"
-    assert "0001.patch" in result["error"] and "0000.patch" not in result["error"].split("does not apply")[0]
-    first = result["error"].splitlines()[0]  # what progress lines and summaries show: git's reason is on it
+    assert result.status == "apply-failed"
+    assert "0001.patch" in result.error and "0000.patch" not in result.error.split("does not apply")[0]
+    first = result.error.splitlines()[0]  # what progress lines and summaries show: git's reason is on it
     assert first.endswith(": patch failed: pkg/server.py:1"), first
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
@@ -253,8 +253,8 @@ def test_whole_file_that_would_overwrite_an_untracked_user_file_is_refused(repo,
     before = tree_snapshot(repo)
     spec = spec_for(repo, tmp_path, [], files=[("notes.txt", b"mine now", 0o644)])
     result = Attempt(spec, RecordingLink()).run()
-    assert result["status"] in ("apply-failed", "preflight-failed")
-    assert "notes.txt" in result["error"]
+    assert result.status in ("apply-failed", "preflight-failed")
+    assert "notes.txt" in result.error
     assert tree_snapshot(repo) == before
 
 
@@ -266,8 +266,8 @@ def test_dirty_tree_is_refused_naming_every_dirty_path(repo, tmp_path):
     spec = spec_for(repo, tmp_path, [])
     spec.allow_dirty = []
     result = Attempt(spec, RecordingLink()).run()
-    assert result["status"] == "preflight-failed"
-    assert sorted(result["dirty"]) == ["notes.txt", "pkg/server.py", "tool.py", "tool_renamed.py", "x"]
+    assert result.status == "preflight-failed"
+    assert sorted(result.preflight.dirty) == ["notes.txt", "pkg/server.py", "tool.py", "tool_renamed.py", "x"]
     assert tree_snapshot(repo) == before
 
 
@@ -331,9 +331,9 @@ def test_patch_touching_an_allow_listed_dirty_file_is_refused_naming_it(repo, tm
     spec = spec_for(repo, tmp_path, [patch])
     spec.allow_dirty = ["notes.txt", "pkg/old_name.py"]
     result = Attempt(spec, RecordingLink()).run()
-    assert result["status"] == "preflight-failed"
-    assert "pkg/old_name.py" in result["error"] and "dirty (allow-listed)" in result["error"]
-    assert "pkg/server.py" not in result["error"]
+    assert result.status == "preflight-failed"
+    assert "pkg/old_name.py" in result.error and "dirty (allow-listed)" in result.error
+    assert "pkg/server.py" not in result.error
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
@@ -346,23 +346,23 @@ def test_patch_renaming_an_allow_listed_dirty_file_is_refused_and_the_users_edit
     spec.allow_dirty = ["notes.txt", "pkg/old_name.py"]
     result = Attempt(spec, RecordingLink()).run()
     assert tree_snapshot(repo) == before
-    assert result["status"] == "preflight-failed" and "pkg/old_name.py" in result["error"]
+    assert result.status == "preflight-failed" and "pkg/old_name.py" in result.error
 
 
 def test_whole_file_over_an_ignored_user_file_is_refused_and_the_file_kept(repo, tmp_path):
     """git does not list ignored files, but revert would delete what the patch set wrote there."""
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, [], files=[("build/cache.bin", b"ours", 0o644)]), RecordingLink()).run()
-    assert result["status"] == "apply-failed"
-    assert "build/cache.bin" in result["error"] and "move it away" in result["error"]
+    assert result.status == "apply-failed"
+    assert "build/cache.bin" in result.error and "move it away" in result.error
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
 def test_whole_file_with_a_path_outside_the_tree_is_refused_naming_the_patch_set(repo, tmp_path):
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, [], files=[("../outside.txt", b"x", 0o644)]), RecordingLink()).run()
-    assert result["status"] == "apply-failed"
-    assert "awkward" in result["error"] and "../outside.txt" in result["error"]
+    assert result.status == "apply-failed"
+    assert "awkward" in result.error and "../outside.txt" in result.error
     assert not (repo.parent / "outside.txt").exists()
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
@@ -378,7 +378,7 @@ def test_the_hosts_git_config_does_not_change_what_a_patch_writes(repo, tmp_path
     seen = {}
     link = RecordingLink({"compile": lambda: seen.update(text=(repo / "pkg" / "server.py").read_text())})
     result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert seen["text"] == "def serve():  \n    return 'x'\n"
     assert tree_snapshot(repo) == before
 
@@ -388,7 +388,7 @@ def test_a_host_whose_git_refuses_whitespace_errors_still_applies_the_patch(repo
     patch = diff_of(repo, lambda s: (s / "pkg" / "server.py").write_text("def serve():  \n    return 'x'\n"))
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, [patch]), RecordingLink()).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert tree_snapshot(repo) == before
 
 
@@ -402,13 +402,13 @@ def test_tree_changed_between_preflight_and_apply_fails_as_apply_failed_naming_t
     patch = diff_of(repo, lambda s: (s / name).write_text("carte\n"))
     link = RecordingLink({"patch": lambda: (repo / name).write_text("changed after the preflight\n")})
     result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
-    assert result["status"] == "apply-failed"
-    assert "caf\ufffd.txt" in result["error"]
+    assert result.status == "apply-failed"
+    assert "caf\ufffd.txt" in result.error
     # git's reason on the first line (the one progress lines and summaries show), and all it said below it
-    first, *rest = result["error"].splitlines()
+    first, *rest = result.error.splitlines()
     assert first.startswith("git apply failed: patch failed: caf\ufffd.txt"), first
-    assert any("patch does not apply" in line for line in rest), result["error"]
-    assert result["revert"]["verified"] is True and not journal_path(repo).exists()
+    assert any("patch does not apply" in line for line in rest), result.error
+    assert result.revert.verified is True and not journal_path(repo).exists()
 
 
 def test_files_whose_names_look_like_options_are_restored(repo, tmp_path):
@@ -417,7 +417,7 @@ def test_files_whose_names_look_like_options_are_restored(repo, tmp_path):
     before = tree_snapshot(repo)
     patch = diff_of(repo, lambda s: (s / "-dash.txt").write_text("patched\n"))
     result = Attempt(spec_for(repo, tmp_path, [patch]), RecordingLink()).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert tree_snapshot(repo) == before
 
 
@@ -429,7 +429,7 @@ def test_patch_creating_a_file_with_a_tab_in_its_name_is_reverted(repo, tmp_path
     seen = {}
     link = RecordingLink({"compile": lambda: seen.update(json.loads(journal_path(repo).read_text()))})
     result = Attempt(spec_for(repo, tmp_path, [patch]), link).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert "pkg/a\tb.py" in seen["delete"]
     assert tree_snapshot(repo) == before
 
@@ -439,7 +439,7 @@ def test_a_users_empty_folder_that_a_new_file_goes_into_is_kept(repo, tmp_path):
     before = tree_snapshot(repo)
     spec = spec_for(repo, tmp_path, [], files=[("pkg/empty/new.py", b"NEW = 1\n", 0o644)])
     result = Attempt(spec, RecordingLink()).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert tree_snapshot(repo) == before
 
 
@@ -452,8 +452,8 @@ def test_a_patch_set_changing_more_than_200_files_is_restored(repo, tmp_path):
     before = tree_snapshot(repo)
     patch = diff_of(repo, lambda s: [(s / "many" / f"m{i:03d}.py").write_text("N = -1\n") for i in range(250)])
     result = Attempt(spec_for(repo, tmp_path, [patch]), RecordingLink()).run()
-    assert result["status"] == "ok", result.get("error")
-    assert len(result["changed_paths"]["restore"]) == 250
+    assert result.status == "ok", result.error
+    assert len(result.patch.changed_paths.restore) == 250
     assert tree_snapshot(repo) == before
 
 
@@ -462,7 +462,7 @@ def test_the_same_attempt_run_twice_in_one_work_dir_runs_both_times(repo, tmp_pa
     before = tree_snapshot(repo)
     for _ in range(2):
         result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink()).run()
-        assert result["status"] == "ok", result.get("error")
+        assert result.status == "ok", result.error
     assert os.listdir(tmp_path / "work" / "attempts" / "r1" / "a1" / "patches") == ["00-awkward-0000.patch"]
     assert tree_snapshot(repo) == before
 
@@ -477,23 +477,23 @@ def test_a_tracked_file_in_an_ignored_folder_changed_while_patched_makes_the_rev
     commit(repo, "a tracked file in an ignored folder")
     link = RecordingLink({"compile": lambda: (repo / "build" / "tracked.cfg").write_text("changed\n")})
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
-    assert result["revert"]["verified"] is False and result["revert"]["diff"] == ["build/tracked.cfg"]
-    assert result["status"] == "infra-error" and journal_path(repo).exists()
+    assert result.revert.verified is False and result.revert.diff == ["build/tracked.cfg"]
+    assert result.status == "infra-error" and journal_path(repo).exists()
 
 
 def test_unverified_revert_names_a_stray_file_whose_name_is_not_utf8(repo, tmp_path):
     git(repo, "config", "core.quotePath", "false")  # git prints such names raw
     link = RecordingLink({"compile": lambda: (repo / os.fsdecode(b"core.\xe9")).write_bytes(b"x")})
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
-    assert result["revert"]["verified"] is False and result["revert"]["diff"] == ["core.\ufffd"]
-    assert result["status"] == "infra-error" and journal_path(repo).exists()
+    assert result.revert.verified is False and result.revert.diff == ["core.\ufffd"]
+    assert result.status == "infra-error" and journal_path(repo).exists()
 
 
 def test_revert_restores_from_the_base_commit_even_a_patched_file_someone_staged(repo, tmp_path):
     before, git_before = tree_snapshot(repo), git_state(repo)
     link = RecordingLink({"compile": lambda: git(repo, "add", "pkg/server.py")})
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert tree_snapshot(repo) == before and git_state(repo) == git_before
 
 
@@ -522,12 +522,12 @@ def test_whole_file_written_through_a_link_the_patches_create_is_refused_and_not
                     files=[("lnk/post-checkout", b"#!/bin/sh\ntouch pwned\n", 0o755)])
     result = Attempt(spec, RecordingLink()).run()
 
-    assert result["status"] == "apply-failed", result.get("error")
-    assert "lnk/post-checkout" in result["error"] and "symbolic link lnk" in result["error"]
+    assert result.status == "apply-failed", result.error
+    assert "lnk/post-checkout" in result.error and "symbolic link lnk" in result.error
     assert list(outside.iterdir()) == [] and hooks_of(repo) == hooks_before
     assert not (repo / "pwned").exists() and not (repo / "lnk").is_symlink()
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
-    assert result["revert"]["verified"] is True  # what was applied (the link) is gone again
+    assert result.revert.verified is True  # what was applied (the link) is gone again
 
 
 @pytest.mark.parametrize("entry", ["ext/evil.txt", "ext"])
@@ -542,11 +542,11 @@ def test_whole_file_through_a_tracked_link_pointing_outside_is_refused_before_an
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, [], files=[(entry, b"evil\n", 0o644)]), RecordingLink()).run()
 
-    assert result["status"] == "apply-failed", result.get("error")
-    assert f"files/{entry}" in result["error"] and "symbolic link ext" in result["error"]
+    assert result.status == "apply-failed", result.error
+    assert f"files/{entry}" in result.error and "symbolic link ext" in result.error
     assert sorted(p.name for p in outside.iterdir()) == ["kept.txt"]
     assert (outside / "kept.txt").read_text() == "theirs\n"
-    assert tree_snapshot(repo) == before and not journal_path(repo).exists() and "revert" not in result
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists() and result.revert is None
 
 
 def test_whole_file_over_a_tracked_hard_link_replaces_the_file_and_leaves_the_other_name_alone(repo, tmp_path):
@@ -558,9 +558,9 @@ def test_whole_file_over_a_tracked_hard_link_replaces_the_file_and_leaves_the_ot
     result = Attempt(spec_for(repo, tmp_path, [], files=[("tool.py", b"print('patched')\n", 0o644)]),
                      RecordingLink()).run()
 
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     assert outside.read_text() == "print('tool')\n", "the file outside the tree was written through its inode"
-    assert tree_snapshot(repo) == before and result["revert"]["verified"] is True
+    assert tree_snapshot(repo) == before and result.revert.verified is True
 
 
 @pytest.mark.parametrize("what", ["does not exist on the host", "is a file, not a folder", "is not a git repository"])
@@ -571,8 +571,8 @@ def test_a_repo_entry_that_is_no_checkout_says_what_it_is_and_which_key_to_fix(t
     elif what.startswith("is not a git"):
         target.mkdir()
     result = Attempt(spec_for(target, tmp_path, []), RecordingLink()).run()
-    assert result["status"] == "preflight-failed"
-    assert what in result["error"] and "`repo:`" in result["error"] and "hosts.yaml" in result["error"]
+    assert result.status == "preflight-failed"
+    assert what in result.error and "`repo:`" in result.error and "hosts.yaml" in result.error
 
 
 def test_whole_file_at_the_path_of_a_link_the_patches_create_is_refused_after_git_apply(repo, tmp_path):
@@ -585,10 +585,10 @@ def test_whole_file_at_the_path_of_a_link_the_patches_create_is_refused_after_gi
                     files=[("lnk", b"through the link\n", 0o644)])
     result = Attempt(spec, RecordingLink()).run()
 
-    assert result["status"] == "apply-failed", result.get("error")
-    assert "files/lnk" in result["error"] and "symbolic link" in result["error"]
+    assert result.status == "apply-failed", result.error
+    assert "files/lnk" in result.error and "symbolic link" in result.error
     assert list(outside.iterdir()) == [] and tree_snapshot(repo) == before
-    assert result["revert"]["verified"] is True
+    assert result.revert.verified is True
 
 
 def _rewrite_hook(repo: Path) -> None:
@@ -617,8 +617,8 @@ def test_a_hook_git_config_or_ignored_file_changed_while_patched_makes_the_rever
     (repo / "pkg" / "__pycache__" / "server.cpython-311.pyc").write_bytes(b"old bytecode")
     link = RecordingLink({"compile": lambda: change(repo)})
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), link).run()
-    assert result["revert"]["verified"] is False and result["revert"]["diff"] == [differs]
-    assert result["status"] == "infra-error" and journal_path(repo).exists()
+    assert result.revert.verified is False and result.revert.diff == [differs]
+    assert result.status == "infra-error" and journal_path(repo).exists()
 
 
 def test_whole_file_below_a_tracked_file_is_a_patch_failure_naming_both_and_changes_nothing(repo, tmp_path):
@@ -626,9 +626,9 @@ def test_whole_file_below_a_tracked_file_is_a_patch_failure_naming_both_and_chan
     patch set's failure (apply-failed) with a sentence — not an agent error with a traceback."""
     before = tree_snapshot(repo)
     result = Attempt(spec_for(repo, tmp_path, [], files=[("run.sh/extra.py", b"x", 0o644)]), RecordingLink()).run()
-    assert result["status"] == "apply-failed", result
-    assert "files/run.sh/extra.py" in result["error"] and "awkward" in result["error"]
-    assert "Traceback" not in result["error"]
+    assert result.status == "apply-failed", result
+    assert "files/run.sh/extra.py" in result.error and "awkward" in result.error
+    assert "Traceback" not in result.error
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
 
 
@@ -639,7 +639,7 @@ def test_whole_file_below_a_file_the_same_patch_set_adds_is_a_patch_failure_and_
     added = diff_of(repo, lambda s: (s / "pkg" / "added.py").write_text("A = 1\n"))
     spec = spec_for(repo, tmp_path, [added], files=[("pkg/added.py/inner.py", b"x", 0o644)])
     result = Attempt(spec, RecordingLink()).run()
-    assert result["status"] == "apply-failed", result
-    assert "files/pkg/added.py/inner.py" in result["error"] and "Traceback" not in result["error"]
-    assert result["revert"]["verified"] is True
+    assert result.status == "apply-failed", result
+    assert "files/pkg/added.py/inner.py" in result.error and "Traceback" not in result.error
+    assert result.revert.verified is True
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()

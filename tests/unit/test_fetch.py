@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from harness.common.protocol import BenchFacts, Final, ServerFacts
 from harness.run.runner import _fetch_artifacts
 
 
@@ -22,14 +23,14 @@ class Host:
         local.write_bytes(data)
 
 
-def host_files(tmp_path: Path) -> tuple[dict, dict]:
+def host_files(tmp_path: Path) -> tuple[Final, dict]:
     d = tmp_path / "host"
     d.mkdir()
     (d / "server.log").write_bytes(b"model at /mnt/caf\xe9\n")
     (d / "bench-a.jsonl").write_bytes(b'{"output_throughput": 1.0}\n')
     (d / "bench-a.log").write_bytes(b"client log\n")
-    final = {"server_log": str(d / "server.log"), "bench_files": {"a": str(d / "bench-a.jsonl")},
-             "artifacts": {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir()}}
+    final = Final(server=ServerFacts(log=str(d / "server.log")), bench=BenchFacts(files={"a": str(d / "bench-a.jsonl")}),
+                  artifacts={str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir()})
     return final, {"server.log": (d / "server.log").read_bytes()}
 
 
@@ -37,16 +38,16 @@ def test_files_that_arrive_unchanged_are_kept(tmp_path):
     final, originals = host_files(tmp_path)
     out = tmp_path / "record"
     out.mkdir()
-    _fetch_artifacts(Host(corrupt=False), final, out)
+    missing = _fetch_artifacts(Host(corrupt=False), final, out)
     assert (out / "server.log").read_bytes() == originals["server.log"]
-    assert "fetch_missing" not in final
+    assert missing == []
 
 
 def test_a_file_that_arrives_with_other_bytes_is_dropped_and_named(tmp_path):
     final, _ = host_files(tmp_path)
     out = tmp_path / "record"
     out.mkdir()
-    _fetch_artifacts(Host(corrupt=True), final, out)
+    missing = _fetch_artifacts(Host(corrupt=True), final, out)
     assert not (out / "server.log").exists(), "a changed copy is no copy"
     assert (out / "bench-a.jsonl").exists()  # pure ASCII: unchanged, kept
-    assert final["fetch_missing"] == [f"{final['server_log']} (arrived with another sha256 than the host's)"]
+    assert missing == [f"{final.server.log} (arrived with another sha256 than the host's)"]

@@ -2,9 +2,12 @@
 a host that cannot be asked is unusable for the sweep, with the reason."""
 
 import threading
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
+from harness.common.protocol import Final, GpuInfo, RepoStatus, Status
 from harness.errors import HostUnreachable
 from harness.experiments.config import HostConfig, load_inventory
 from harness.experiments.files import read_sweep_file
@@ -13,11 +16,16 @@ from harness.hosts.gpus import answer_from_status, apply_answers, count_gpus
 from harness.run.placement import why_host_does_not_fit
 from tests.conftest import PATCHES
 
-GPU = {"index": "0", "uuid": "GPU-0", "name": "NVIDIA H200", "compute_cap": "9.0"}
+GPU = GpuInfo(index="0", uuid="GPU-0", name="NVIDIA H200", compute_cap="9.0")
 
 
-def status_with(n: int) -> dict:
-    return {"status": "ok", "repo": "/r", "gpus": [dict(GPU, index=str(i)) for i in range(n)]}
+def status_with(n: int) -> Final:
+    return looked(gpus=[replace(GPU, index=str(i)) for i in range(n)])
+
+
+def looked(**seen: Any) -> Final:
+    """A status report of a git checkout at /r, with what the agent saw there."""
+    return Final(status=Status.OK, repo_status=RepoStatus(repo="/r", exists=True, git=True, **seen))
 
 
 def test_a_host_without_gpus_is_not_one_gpu(tmp_path):
@@ -29,10 +37,10 @@ def test_a_host_without_gpus_is_not_one_gpu(tmp_path):
 def test_the_count_is_read_from_a_status_report_or_the_reason_there_is_none():
     assert answer_from_status(status_with(8)) == 8
     assert answer_from_status(status_with(0)) == 0  # nvidia-smi works, CUDA_VISIBLE_DEVICES leaves none
-    assert "nvidia-smi" in str(answer_from_status({"status": "ok", "repo": "/r", "gpus": None}))
-    assert "gpus:" in str(answer_from_status({"status": "ok", "repo": "/r", "gpus": None}))
-    assert "/r is not a git checkout" in str(answer_from_status({"status": "ok", "repo": "/r", "exists": False}))
-    assert "boom" in str(answer_from_status({"status": "infra-error", "error": "boom"}))
+    assert "nvidia-smi" in str(answer_from_status(looked(gpus=None)))
+    assert "gpus:" in str(answer_from_status(looked(gpus=None)))
+    assert "/r is not a git checkout" in str(answer_from_status(Final(repo_status=RepoStatus(repo="/r", exists=False))))
+    assert "boom" in str(answer_from_status(Final(status=Status.INFRA_ERROR, error="boom")))
 
 
 def test_an_explicit_gpus_wins_and_is_not_asked():
@@ -42,7 +50,7 @@ def test_an_explicit_gpus_wins_and_is_not_asked():
     asked: list[str] = []
     lock = threading.Lock()
 
-    def ask(name: str, host: HostConfig) -> dict:
+    def ask(name: str, host: HostConfig) -> Final:
         with lock:
             asked.append(name)
         if name == "down":
@@ -84,11 +92,11 @@ def test_the_arch_is_read_from_the_gpus_compute_capability_when_they_agree():
     from harness.hosts.gpus import arch_from_status
 
     assert arch_from_status(status_with(8)) == "sm90"
-    assert arch_from_status({"gpus": [dict(GPU, compute_cap="10.0")]}) == "sm100"
-    assert arch_from_status({"gpus": [dict(GPU, compute_cap="12.1")]}) == "sm121"
-    mixed = {"gpus": [GPU, dict(GPU, compute_cap="10.0")]}
-    for cannot_tell in ({"gpus": None}, {"gpus": []}, {"gpus": [dict(GPU, compute_cap="[N/A]")]}, mixed,
-                        {"gpus": [dict(GPU, compute_cap="7.5")]}, {"gpus": ["junk"]}):
+    assert arch_from_status(looked(gpus=[replace(GPU, compute_cap="10.0")])) == "sm100"
+    assert arch_from_status(looked(gpus=[replace(GPU, compute_cap="12.1")])) == "sm121"
+    mixed = looked(gpus=[GPU, replace(GPU, compute_cap="10.0")])
+    for cannot_tell in (looked(gpus=None), looked(gpus=[]), looked(gpus=[replace(GPU, compute_cap="[N/A]")]), mixed,
+                        looked(gpus=[replace(GPU, compute_cap="7.5")]), looked(gpus=[replace(GPU, compute_cap="")])):
         assert arch_from_status(cannot_tell) is None, cannot_tell
 
 

@@ -117,7 +117,7 @@ def apply_as_agent(repo: Path, ps: PatchSet, tmp_path: Path) -> dict:
     dirty, _ = tree.dirty_paths([])
     plan = tree.plan([PatchEntry(**p) for p in patches], [FileEntry(**f) for f in files], dirty,
                      str(tmp_path / "patch-dir"), head)
-    journal = tree.new_journal({"run_id": "r", "attempt_id": "a"}, head, dirty, plan)
+    journal = tree.new_journal("r", "a", "r/a", head, dirty, plan)
     tree.apply(journal, plan)
     return journal
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.agent.target import choose_variants, fit_problems, version_tuple
-from harness.common.protocol import FileEntry, PatchEntry, Requirements
+from harness.common.protocol import FileEntry, PatchEntry, PreflightFacts, Requirements
 from harness.errors import ConfigError
 from harness.experiments.config import HostConfig, load_experiment
 from harness.experiments.patchsets import load_patch_set
@@ -140,7 +140,7 @@ def test_version_tuple_reads_the_leading_numbers(text, expected):
 def test_flashinfer_floor_per_arch(tmp_path, arch, flashinfer, refused):
     req = Requirements(backend="flashinfer-mla-fp8", attention_backend=None, arch=arch,
                        flashinfer_min={"sm90": "0.6.14", "*": "0.6.18"})
-    problems = fit_problems(req, str(tmp_path), None, "0.5.16", [], {"flashinfer_version": flashinfer})
+    problems = fit_problems(req, str(tmp_path), None, "0.5.16", [], PreflightFacts(flashinfer_version=flashinfer))
     assert bool(problems) is refused
     if refused:
         assert f"needs FlashInfer >= {'0.6.14' if arch == 'sm90' else '0.6.18'} on {arch}" in problems[0]

@@ -88,8 +88,10 @@ def test_the_zipapp_answers_a_status_request_under_the_hosts_python(tmp_path, py
     assert p.returncode == 0, p.stderr.decode()
     assert isinstance(events[0], protocol.Hello) and events[0].protocol == protocol.PROTOCOL
     final = events[-1]
-    assert isinstance(final, protocol.Final) and final.status == "ok" and final.exists is True
-    assert final.lock == {"held": False}
+    assert isinstance(final, protocol.Final) and final.status == "ok"
+    seen = final.repo_status
+    assert seen is not None and seen.exists is True and seen.git is True
+    assert seen.lock == protocol.LockState(held=False)
 
 
 def test_an_agent_of_another_protocol_answers_with_an_infra_error_naming_both_versions(tmp_path):

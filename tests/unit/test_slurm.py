@@ -124,12 +124,12 @@ def test_every_state_the_harness_ends_on_has_a_meaning_for_users():
 def test_a_job_without_the_agents_report_gets_one_from_its_state():
     pending = parse_squeue("5|CANCELLED|None|\n", "5")
     mine = final_without_report(pending, started=False, cancelled=True, output_tail="")
-    assert mine["status"] == "aborted" and "nothing ran" in mine["error"]
+    assert mine.status == "aborted" and "nothing ran" in mine.error
     theirs = final_without_report(pending, started=False, cancelled=False, output_tail="slurmstepd: error: x\n")
-    assert theirs["status"] == "infra-error" and "slurmstepd: error: x" in theirs["error"]
+    assert theirs.status == "infra-error" and "slurmstepd: error: x" in theirs.error
     late = final_without_report(parse_squeue("5|TIMEOUT|None|n1\n", "5"), started=True, cancelled=False,
                                 output_tail="")
-    assert late["status"] == "aborted" and late["budget_exceeded"] is True
+    assert late.status == "aborted" and late.budget_exceeded is True
     killed = final_without_report(parse_squeue("5|FAILED|None|n1\n", "5"), started=True, cancelled=False,
                                   output_tail="")
-    assert killed["status"] == "infra-error" and "recovers the tree first" in killed["error"]
+    assert killed.status == "infra-error" and "recovers the tree first" in killed.error

@@ -7,16 +7,20 @@ import yaml
 from typer.testing import CliRunner
 
 from harness.cli.app import app
-from harness.cli.hosts import not_ready
+from harness.cli.hosts import HostView, not_ready
+from harness.common.protocol import Final, GpuInfo, RepoStatus, Status
 from tests.support.sshd import free_port
 
 
 def test_not_ready_names_an_unreachable_host_a_failed_look_and_held_gpus():
-    assert not_ready({"status": "unreachable", "error": "x"}) == "unreachable"
-    assert "could not look" in (not_ready({"status": "infra-error"}) or "")
-    assert not_ready({"status": "ok", "gpus": [{}], "gpu_apps": {"4242": 1000}}) == "GPU memory held by pid 4242"
-    assert not_ready({"status": "ok", "gpus": [{}], "gpu_apps": {}}) is None
-    assert not_ready({"status": "ok", "queue": [], "gpu_apps": {"1": 1}}) is None  # a cluster: the nodes' GPUs
+    def look(apps: dict[str, int]) -> Final:
+        return Final(status=Status.OK, repo_status=RepoStatus(gpus=[GpuInfo()], gpu_apps=apps))
+
+    assert not_ready(HostView(unreachable="x")) == "unreachable"
+    assert "could not look" in (not_ready(HostView(Final(status=Status.INFRA_ERROR))) or "")
+    assert not_ready(HostView(look({"4242": 1000}))) == "GPU memory held by pid 4242"
+    assert not_ready(HostView(look({}))) is None
+    assert not_ready(HostView(look({"1": 1}), queue=[])) is None  # a cluster: the nodes' GPUs
 
 
 def test_status_of_an_unreachable_host_exits_3_naming_it(tmp_path):

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
+from harness.common.protocol import Final
 from harness.errors import ConfigError
 from harness.experiments.config import Experiment, ModelSettings, ServerSettings
 from harness.experiments.patchsets import NewFile, PatchFile, PatchSet, Variant, load_patch_set
@@ -59,7 +60,7 @@ def upstream_patch_sets(patches: Path = PATCHES) -> list[str]:
 UPSTREAM_SETS = upstream_patch_sets()
 
 
-def check(set_name: str, host, patches: Path = PATCHES) -> dict:
+def check(set_name: str, host, patches: Path = PATCHES) -> Final:
     exp = Experiment(name=f"upstream-{set_name}", model=ModelSettings(path="unused"), patches=(set_name,),
                      server=ServerSettings(port=free_port()))
     resolved = resolve(exp, Path("upstream-check.yaml"), patches)  # the file need not exist
@@ -98,10 +99,10 @@ def test_patch_set_applies_compiles_and_reverts(set_name, sglang_template, sglan
 
     final = check(set_name, upstream_host)
 
-    assert final["status"] == "ok", final.get("error")
-    assert set(final["compiled"]) == expected_py, "every patched or new .py file was compiled"
-    assert final["revert"]["verified"] is True
-    assert final["revert"]["tree_before"] == final["revert"]["tree_after"]
+    assert final.status == "ok", final.error
+    assert set(final.patch.compiled) == expected_py, "every patched or new .py file was compiled"
+    assert final.revert.verified is True
+    assert final.revert.tree_before == final.revert.tree_after
     assert_untouched(sglang_repo, sglang_template)
 
 
@@ -130,11 +131,11 @@ def test_patch_for_another_version_names_file_and_hunk_and_applies_nothing(
 
     final = check("gather_cast_for_other_version", upstream_host, patches)
 
-    assert final["status"] == "apply-failed"
-    err = final["error"]
+    assert final.status == "apply-failed"
+    err = final.error
     assert "gather_cast_for_other_version" in err and patch.name in err, err  # the failing patch file
     assert f"patch failed: {MLA_BACKEND}:{old_start}" in err, err  # the file and hunk (its first line)
-    assert not final.get("compiled")
+    assert not final.patch.compiled
     assert_untouched(sglang_repo, sglang_template)
 
 
@@ -158,16 +159,16 @@ def _refusals(set_name: str, host, patches: Path) -> list[str]:
     except ConfigError as exc:
         messages.append(str(exc))
     else:
-        assert final["status"] in ("apply-failed", "preflight-failed"), final
-        assert not final.get("compiled")
-        messages.append(final["error"])
+        assert final.status in ("apply-failed", "preflight-failed"), final
+        assert not final.patch.compiled
+        messages.append(final.error)
     exp = Experiment(name=f"upstream-{set_name}", model=ModelSettings(path="unused"),
                      server=ServerSettings(port=free_port()))
     raw = Resolved(exp, Path("upstream-check.yaml"), None, (_unchecked_patch_set(patches / set_name),))
     final = check_patches(raw, "upstream-ssh", host)
-    assert final["status"] in ("apply-failed", "preflight-failed"), final
-    assert not final.get("compiled")
-    messages.append(final["error"])
+    assert final.status in ("apply-failed", "preflight-failed"), final
+    assert not final.patch.compiled
+    messages.append(final.error)
     return messages
 
 

@@ -1,0 +1,221 @@
+"""How an attempt ended, in typed parts: the status, and what the agent learned at each stage — the pieces
+the final report (`protocol.Final`) is made of, and the journal and reports the agent keeps on the host.
+
+Standard library only: it ships inside the agent's zipapp (Python >= 3.8 on the host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar, Optional
+
+from .wire import Message, Nested
+
+JOURNAL_VERSION = 3  # 2: an older agent's, whose tree_before covered tracked and untracked files only
+
+
+class Status(str, Enum):
+    """How an attempt ended. The string values are what records on disk say."""
+
+    OK = "ok"
+    CRASHED = "crashed"
+    HUNG = "hung"
+    APPLY_FAILED = "apply-failed"
+    PREFLIGHT_FAILED = "preflight-failed"
+    BENCH_FAILED = "bench-failed"
+    INFRA_ERROR = "infra-error"
+    ABORTED = "aborted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# ============================================================================ the host's own notes
+
+
+@dataclass
+class GpuInfo(Message):
+    """One GPU as nvidia-smi shows it (its words, unparsed)."""
+
+    index: str = ""
+    uuid: str = ""
+    name: str = ""
+    compute_cap: str = ""
+    memory_total_mib: str = ""
+    memory_used_mib: str = ""
+
+
+@dataclass
+class LockHolder(Message):
+    """Who holds a target repo's lock (`lock.json` beside it), as that agent wrote it."""
+
+    run_id: Optional[str] = None
+    attempt_id: Optional[str] = None
+    pid: Optional[int] = None
+    since: Optional[str] = None
+
+
+@dataclass
+class LockState(LockHolder):
+    """`harness status`'s look at the lock: held or not, and by whom."""
+
+    held: bool = False
+
+
+@dataclass
+class JournalServer(Message):
+    """The server an attempt launched, as its journal names it: enough to stop that process and no other."""
+
+    pid: int
+    pgid: int
+    start: Optional[int] = None  # its start time (/proc/<pid>/stat): a reused pid is another process
+
+
+@dataclass
+class Journal(Message):
+    """What an attempt changes in the target tree, on disk (`.git/harness/journal.json`) before the first byte
+    changes: what to restore, what to delete, which server to stop. Another agent reads it — a later one,
+    maybe of another version — so `from_disk` reads it leniently; a journal without `version` is version 2."""
+
+    NESTED: ClassVar[Nested] = {"server": (JournalServer, False)}
+
+    run_id: Optional[str] = None
+    attempt_id: Optional[str] = None
+    marker: str = ""
+    version: int = JOURNAL_VERSION
+    agent_pid: Optional[int] = None
+    repo: str = ""
+    base_commit: str = ""
+    tree_before: Optional[str] = None  # digest of the tree as found (see Tree.full_manifest)
+    dirty_before: list[str] = field(default_factory=list)
+    restore: list[str] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    created_dirs: list[str] = field(default_factory=list)
+    server: Optional[JournalServer] = None
+    state: str = "applying"  # applying | applied | running | revert-unverified
+    created: str = ""
+    backup: Optional[str] = None
+    ignored_before: Optional[list[str]] = None
+
+    @classmethod
+    def read(cls, data: object) -> Journal:
+        """A journal file's contents (any agent version's)."""
+        if isinstance(data, dict) and not data.get("version"):
+            data = dict(data, version=2)
+        return cls.from_disk(data)
+
+
+@dataclass
+class StopReport(Message):
+    """How a server was stopped (or, on recovery, how a leftover one was)."""
+
+    state: Optional[str] = None  # recovery: stopped | already-gone | never-launched | killed-marked
+    signal: Optional[str] = None  # TERM | KILL | None (already gone)
+    stragglers: Optional[list[int]] = None
+    left: Optional[list[int]] = None
+    pids: Optional[list[int]] = None
+    stop_s: Optional[float] = None
+    gpu_dirty: Optional[dict[str, int]] = None  # pid → MiB still held after the processes were gone
+
+
+@dataclass
+class RevertReport(Message):
+    """The tree put back from a journal, and whether it is byte for byte what it was."""
+
+    verified: bool
+    tree_before: Optional[str] = None
+    tree_after: Optional[str] = None
+    diff: list[str] = field(default_factory=list)  # paths that differ when not verified
+    stray_ignored: Optional[list[str]] = None  # new paths under .gitignore'd folders (not part of the check)
+
+
+@dataclass
+class RecoveryReport(Message):
+    """An interrupted attempt's leftovers cleaned up: by its watchdog, a preflight or `harness recover`
+    (kept on the host in `.git/harness/watchdog.json`)."""
+
+    NESTED: ClassVar[Nested] = {"journal": (Journal, False), "stop": (StopReport, False),
+                                "revert": (RevertReport, False)}
+
+    journal: Journal
+    stop: StopReport
+    revert: RevertReport
+    by: Optional[str] = None  # watchdog | recover
+    took_s: Optional[float] = None  # watchdog: from the agent's death to the tree restored
+
+
+# ============================================================================ the final report's parts
+
+
+@dataclass
+class ChangedPaths(Message):
+    restore: list[str] = field(default_factory=list)  # tracked files the attempt changed
+    delete: list[str] = field(default_factory=list)  # files the attempt created
+
+
+@dataclass
+class PreflightFacts(Message):
+    """What the preflight learned of the host (and, when it refused, why)."""
+
+    NESTED: ClassVar[Nested] = {"gpus": (GpuInfo, True), "locked_by": (LockHolder, False)}
+
+    base_commit: Optional[str] = None
+    server_version: Optional[str] = None
+    flashinfer_version: Optional[str] = None
+    patch_variants: Optional[dict[str, str]] = None  # set → the variant chosen for this host's target
+    gpus: Optional[list[GpuInfo]] = None  # None: no nvidia-smi
+    arch: Optional[str] = None
+    attention_backend_choices: Optional[list[str]] = None
+    port: Optional[int] = None  # the port picked for `port: auto`
+    dirty: Optional[list[str]] = None  # refused: dirty paths no allow-list covers
+    port_in_use: Optional[int] = None  # refused: the port is taken
+    cannot_run: Optional[list[str]] = None  # refused: the experiment does not fit the host
+    warnings: Optional[list[str]] = None  # `expect: crash`: what did not fit, run anyway
+    locked_by: Optional[LockHolder] = None  # refused: another attempt holds the repo
+
+
+@dataclass
+class PatchFacts(Message):
+    NESTED: ClassVar[Nested] = {"changed_paths": (ChangedPaths, False)}
+
+    changed_paths: Optional[ChangedPaths] = None
+    compiled: Optional[list[str]] = None  # apply-revert: the .py files checked
+    compile_errors: Optional[list[str]] = None
+
+
+@dataclass
+class ServerFacts(Message):
+    NESTED: ClassVar[Nested] = {"stop": (StopReport, False)}
+
+    log: Optional[str] = None  # its log on the host (what the controller fetches)
+    pid: Optional[int] = None
+    exit_code: Optional[int] = None
+    died_at: Optional[float] = None  # host clock
+    foreign_port: Optional[bool] = None  # ready, but another process answers on the port
+    stack_dump: Optional[str] = None  # py-spy's dump of a hung server, on the host
+    stop: Optional[StopReport] = None
+
+
+@dataclass
+class BenchFacts(Message):
+    files: Optional[dict[str, str]] = None  # case → its results file on the host (fetched even when it failed)
+    profile_files: Optional[list[str]] = None
+    profile_error: Optional[str] = None  # the profile stage never fails the attempt: this says what went wrong
+
+
+@dataclass
+class RepoStatus(Message):
+    """`harness status`: what is going on in a target repo, changing nothing."""
+
+    NESTED: ClassVar[Nested] = {"lock": (LockState, False), "journal": (Journal, False), "gpus": (GpuInfo, True)}
+
+    repo: str = ""
+    exists: bool = False
+    git: bool = False  # a git checkout: only then is the rest looked at
+    lock: Optional[LockState] = None
+    journal: Optional[Journal] = None
+    gpus: Optional[list[GpuInfo]] = None  # None: no nvidia-smi
+    gpu_apps: Optional[dict[str, int]] = None  # pid → MiB of compute processes on the GPUs
+    head: Optional[str] = None  # None: a repo without commits
+    dirty: Optional[list[str]] = None

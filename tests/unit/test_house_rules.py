@@ -1,0 +1,87 @@
+"""The house rules of issue #32, checked on the code as it is: modules stay small, a status is the `Status`
+enum everywhere but where it is defined and stored, and the controller reads the agent's final report by its
+typed attributes, never by string keys."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from harness.common.protocol import Status
+
+PACKAGE = Path(__file__).resolve().parents[2] / "harness"
+MAX_LINES = 400
+# Where a status may be spelled as a string: its definition and the record's schema on disk.
+STATUS_HOMES = {"common/protocol.py", "common/outcome.py", "results/schemas.py"}
+
+
+def harness_files() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if "sim/template" not in p.as_posix()]
+
+
+def test_no_module_over_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in harness_files()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines: {long}"
+
+
+def _names_a_status(node: ast.AST) -> bool:
+    """`status`, `r.status`, `st["status"]`, `st.get("status")`: an operand that holds a status."""
+    if isinstance(node, ast.Name):
+        return "status" in node.id
+    if isinstance(node, ast.Attribute):
+        return "status" in node.attr
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "status"
+    if isinstance(node, ast.Call):
+        return any(isinstance(a, ast.Constant) and a.value == "status" for a in node.args)
+    return False
+
+
+def status_literals_compared(tree: ast.AST) -> list[int]:
+    """Line numbers where a status is compared with a string spelling one (==, !=, in). A verdict's category
+    "hung" is not a status: only comparisons with an operand that holds a status count."""
+    values = {s.value for s in Status}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            consts = [c for o in operands for c in ([o] if not isinstance(o, (ast.Tuple, ast.List, ast.Set))
+                                                      else o.elts)]
+            if any(isinstance(c, ast.Constant) and c.value in values for c in consts) and \
+                    any(_names_a_status(o) for o in operands):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_status_string_compared_outside_the_protocol_and_the_schema():
+    found = {}
+    for path in harness_files():
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel in STATUS_HOMES:
+            continue
+        if lines := status_literals_compared(ast.parse(path.read_text())):
+            found[rel] = lines
+    assert not found, f"status strings compared (use protocol.Status): {found}"
+
+
+def test_the_rule_sees_a_status_string_compared():
+    seen = 'if r.status == "crashed":\n    pass\nif st.get("status") in ("ok", "y"):\n    pass\nif st["status"] != "hung": pass'
+    assert status_literals_compared(ast.parse(seen)) == [1, 3, 5]
+    assert status_literals_compared(ast.parse("if r.status == Status.CRASHED: pass")) == []
+    assert status_literals_compared(ast.parse('if verdict.category == "hung": pass')) == []  # not a status
+
+
+FINAL_BY_KEY = re.compile(r"\bfinal(?:\.get\(|\[)\s*[\"']")
+
+
+def test_the_controller_reads_the_final_report_by_attribute():
+    found = {}
+    for path in harness_files():
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(("agent/", "common/")):
+            continue
+        if hits := [i for i, line in enumerate(path.read_text().splitlines(), 1) if FINAL_BY_KEY.search(line)]:
+            found[rel] = hits
+    assert not found, f"final report read by string key: {found}"
