@@ -58,7 +58,7 @@ class Load:
                               % (case.name, tail))
         self.link.send(BenchResult(case=case.name, repeat=rep, result=new[-1]))
 
-    def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen:
+    def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen[bytes]:
         """A benchmark client in its own session (so it can be ended as a group), output into `log_path`."""
         with open(log_path, "ab") as logf:
             proc = subprocess.Popen(argv, cwd=self.attempt_dir, env=self.env, stdin=subprocess.DEVNULL, stdout=logf,

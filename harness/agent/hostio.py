@@ -13,7 +13,7 @@ from ..common.filehash import sha256_file
 
 
 def run(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-        timeout: float = 120, input_bytes: Optional[bytes] = None) -> subprocess.CompletedProcess:
+        timeout: float = 120, input_bytes: Optional[bytes] = None) -> subprocess.CompletedProcess[bytes]:
     """Run a program (never a shell) and capture its output as bytes."""
     return subprocess.run(list(argv), cwd=cwd, env=env, input=input_bytes, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=timeout)

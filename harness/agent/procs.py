@@ -125,7 +125,7 @@ def kill_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def stop_group(popen: Optional[subprocess.Popen], pgid: int, marker: str, grace: float) -> StopReport:
+def stop_group(popen: Optional[subprocess.Popen[bytes]], pgid: int, marker: str, grace: float) -> StopReport:
     """TERM the group, wait `grace`, KILL it, then end any marked straggler by pid; confirm all gone."""
     t0 = time.monotonic()
     info = StopReport(signal=None, stragglers=[], left=[])

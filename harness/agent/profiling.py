@@ -88,7 +88,7 @@ class Capture:
         self.out_dir = os.path.join(load.attempt_dir, "profile")
         self.load_log = os.path.join(load.attempt_dir, "profile-load.log")
         self.t0 = self.deadline = 0.0
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.start: Optional[_Post] = None
         self.stop: Optional[_Post] = None
 

@@ -168,7 +168,7 @@ class Server:
         self.marker = marker
         self.check_abort = check_abort
         self.facts = facts
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.pgid: Optional[int] = None
         self.start_time: Optional[int] = None
         self.t_launch = 0.0

@@ -58,7 +58,7 @@ class Git:
         return p
 
     def out(self, *args: str, **kw: Any) -> str:
-        return self(*args, **kw).stdout.decode(errors="surrogateescape")
+        return str(self(*args, **kw).stdout.decode(errors="surrogateescape"))
 
     def gitdir(self) -> Optional[str]:
         p = self("rev-parse", "--absolute-git-dir", check=False)

@@ -1,5 +1,5 @@
-"""Command line: the typer app and its entry point. The commands live in the cli_*.py modules, one job each;
-together with this module they are the only place that prints and exits.
+"""Command line: the typer app and its entry point. The commands live in the other modules of harness/cli/,
+one job each; together with this module they are the only place that prints and exits.
 
 Exit codes: harness.errors.ExitCode, the one table (README "Exit codes" lists the same).
 """

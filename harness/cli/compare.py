@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
+from ..results.metrics import OUTPUT_THROUGHPUT
 from ..results.store import ResultsStore
 from . import views
 from .common import RESULTS_HELP, exit_on_errors, open_store, out
@@ -16,7 +17,7 @@ from .common import RESULTS_HELP, exit_on_errors, open_store, out
 def compare(
     runs: list[str] = typer.Argument(..., help="Run ids (under --results-dir) or run folders; several compare runs."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
-    metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
+    metric: str = typer.Option(OUTPUT_THROUGHPUT, "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
     plot_file: Optional[Path] = typer.Option(
         None, "--plot", help="Draw the metric per experiment (matplotlib) in this new file (.png, .svg, .pdf) or "
@@ -38,7 +39,7 @@ def report(
         ..., "--html", help="Folder to write the page (index.html) and its log excerpts in: new, empty or an "
                             "earlier page's (only the harness's own files there are replaced)."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
-    metric: str = typer.Option("output_throughput", "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
+    metric: str = typer.Option(OUTPUT_THROUGHPUT, "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
 ) -> None:
     """A self-contained page of the runs: the comparison table, a plot per bench case, every failed attempt

@@ -16,6 +16,7 @@ from ..experiments.config import HostConfig
 from ..experiments.files import SweepFile, read_experiment_file
 from ..experiments.project import default_hosts_file, default_patches_dir
 from ..experiments.resolve import resolve
+from ..results.metrics import OUTPUT_THROUGHPUT
 from ..results.schemas import RunInfo
 from ..results.store import ResultsStore, new_run_id
 from ..run.runner import run_attempt_in_foreground
@@ -103,7 +104,7 @@ def sweep(
         outcome = run_sweep(parsed, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within,
                             keyed_on=keyed_on)
         if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
-            views.show_comparison(out, [(store, run_id)], baseline=None, metric="output_throughput", fmt="table",
+            views.show_comparison(out, [(store, run_id)], baseline=None, metric=OUTPUT_THROUGHPUT, fmt="table",
                                   plot_file=None)
         again = resume_command(sweep_file, run_id, results_dir)
         if outcome.interrupted:

@@ -13,6 +13,7 @@ from ..errors import ConfigError, ExitCode
 from ..experiments.config import HostConfig
 from ..experiments.files import read_sweep_file
 from ..experiments.project import bundled_dir
+from ..results.metrics import OUTPUT_THROUGHPUT
 from ..results.store import new_run_id
 from . import views
 from .common import RESULTS_HELP, exit_on_errors, open_store, out, results_dir_arg
@@ -67,12 +68,12 @@ def demo(
                       f"sweeping {sweep_file.relative_to(sweep_file.parents[2])}\n", highlight=False)
             store = open_store(results_dir, announce=True, writable=True)
             outcome = run_sweep(read_sweep_file(sweep_file), patches_dir, hosts, store, new_run_id())
-        views.show_comparison(out, [(store, outcome.run_id)], baseline=None, metric="output_throughput", fmt="table",
+        views.show_comparison(out, [(store, outcome.run_id)], baseline=None, metric=OUTPUT_THROUGHPUT, fmt="table",
                           plot_file=None)
         out.print(f"\nrecords: {store.run_path(outcome.run_id)}   (harness compare {outcome.run_id}"
                   f"{results_dir_arg(results_dir)})", highlight=False)
         page = views.write_report([(store, outcome.run_id)], store.run_path(outcome.run_id) / REPORT_DIR,
-                                  baseline=None, metric="output_throughput")
+                                  baseline=None, metric=OUTPUT_THROUGHPUT)
         out.print(f"report: {page}   (open it in a browser; the folder {page.parent.name}/ is self-contained)",
                   highlight=False)
         if outcome.interrupted:

@@ -18,7 +18,7 @@ import yaml
 
 from ..common.targetid import target_identity
 from ..errors import ConfigError
-from ..experiments.config import SAFE_NAME
+from ..experiments.configerrors import SAFE_NAME
 from ..experiments.patchsets import TARGET_ID, PatchSet, diff_paths, load_patch_set
 from .gitcapture import capture_range, capture_uncommitted, open_checkout
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -142,7 +142,7 @@ class ResultsStore:
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from None
         return path
 
-    def note_recovery(self, recovered: dict) -> Path | None:
+    def note_recovery(self, recovered: dict[str, Any]) -> Path | None:
         """A later attempt recovered the journal of one whose controller was killed (it left only its
         provisional record): that record now says what became of the tree — `recovered`, and `revert` when
         it had none. The journal's ids come from the host: only a run and attempt folder of this store match."""
@@ -155,7 +155,7 @@ class ResultsStore:
             if f"{d.parent.name}-{d.name}" != attempt_id or (d / "record.json").exists():
                 continue
             record = load_record(path)
-            update: dict = {"recovered": recovered}
+            update: dict[str, Any] = {"recovered": recovered}
             if record.revert is None:
                 update["revert"] = recovered.get("revert")
             return self.write_provisional(d, Record.model_validate({**json.loads(record.to_json()), **update}))

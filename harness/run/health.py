@@ -31,7 +31,7 @@ class DownHost:
 
 def reprobe_delay(first: float, failed_probes: int) -> float:
     """Seconds to the next probe of a down host: `first` after it went down, doubled by each failed probe."""
-    return min(first * 2 ** failed_probes, REPROBE_MAX)
+    return min(first * 2.0 ** failed_probes, REPROBE_MAX)
 
 
 def first_line(text: str, default: str) -> str:

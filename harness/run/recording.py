@@ -17,7 +17,8 @@ from ..masking import mask_secrets, redact_argv
 from ..results.metrics import summarize
 from ..results.schemas import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt
 from ..results.store import redact_env
-from ..triage.classify import clean_line, hang_hint, iter_file_lines, triage_file
+from ..triage.classify import hang_hint, triage_file
+from ..triage.logtext import clean_line, iter_file_lines
 
 
 @dataclass

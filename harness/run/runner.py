@@ -162,7 +162,8 @@ def run_attempt_in_foreground(*args: Any, **kwargs: Any) -> AttemptOutcome:
                               "(its dead man's switch)") from None
     if "error" in box:
         raise box["error"]
-    return box["outcome"]
+    outcome: AttemptOutcome = box["outcome"]
+    return outcome
 
 
 def _recover_after_agent_death(transport_factory: Callable[[str, HostConfig], Transport], host_name: str,

@@ -139,7 +139,7 @@ class Scheduler:
     def _worker_hosts(self) -> list[str]:
         """One worker per target repo: two inventory names for the same repo would race for its lock. A cluster
         has `max_jobs` workers (`NAME`, `NAME#2`, ...): that many jobs queued, Slurm runs one per repo at a time."""
-        seen: dict[tuple, str] = {}
+        seen: dict[tuple[str, int | None, str | None, str], str] = {}
         for name, h in self.hosts.items():
             if name in self.unusable:
                 continue

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.common import protocol
-from harness.common.protocol import PROTOCOL, BenchResult, Final, Hello, JobState, ServerSpec, Spec, encode
+from harness.common.protocol import PROTOCOL, BenchResult, Final, Hello, JobState, ServerSpec, Spec, Status, encode
 from harness.errors import AgentProtocolError, HostUnreachable
 from harness.experiments.config import ClusterConfig, ClusterHost
 from harness.hosts.jsonlines import JsonLinesChannel
@@ -82,11 +82,11 @@ def test_the_agent_gets_its_spec_and_commands_as_the_json_lines_it_reads():
 
 def test_events_arrive_typed_and_a_login_banner_before_them_is_passed_over():
     pipe = Pipe([b"Welcome to box (last login: yesterday)\n", line(Hello(hostname="box")), b"\n",
-                 line(Final(status="ok"))])
+                 line(Final(status=Status.OK))])
     channel = JsonLinesChannel(pipe, "box")
     first, last = channel.receive(), channel.receive()
     assert isinstance(first, Hello) and first.hostname == "box"
-    assert isinstance(last, Final) and last.status == "ok"
+    assert isinstance(last, Final) and last.status == Status.OK
     assert channel.receive() is None  # end of stream
     assert not pipe.killed.is_set()
 
@@ -176,7 +176,7 @@ SUBMITTED = CommandResult([], 0, "4242\n", "")
 
 
 def test_the_spec_becomes_the_jobs_file_without_the_heartbeat_and_the_queue_speaks_in_typed_job_states():
-    login = LoginNode(SUBMITTED, [("RUNNING", line(Hello()) + line(Final(status="ok")))])
+    login = LoginNode(SUBMITTED, [("RUNNING", line(Hello()) + line(Final(status=Status.OK)))])
     channel = job(login)
     mine = spec()
     channel.send_spec(mine)
@@ -195,25 +195,25 @@ def test_a_job_slurm_refuses_ends_at_once_with_a_typed_preflight_failure():
     channel = job(login)
     channel.send_spec(spec())
     final, = all_events(channel)
-    assert isinstance(final, Final) and final.status == "preflight-failed"
-    assert "Invalid partition" in (final.error or "") and final.cannot_run
+    assert isinstance(final, Final) and final.status == Status.PREFLIGHT_FAILED
+    assert "Invalid partition" in (final.error or "") and final.preflight.cannot_run
     assert login.looks == [] and login.scancels == []
 
 
 def test_a_requeued_jobs_first_report_is_dropped_and_only_the_last_run_ends_the_attempt():
-    first_run = line(Hello(pid=1)) + line(BenchResult(case="b", result={"x": 1.0})) + line(Final(status="aborted"))
-    second_run = b"srun: some word of Slurm's\n" + line(Hello(pid=2)) + line(Final(status="ok"))
+    first_run = line(Hello(pid=1)) + line(BenchResult(case="b", result={"x": 1.0})) + line(Final(status=Status.ABORTED))
+    second_run = b"srun: some word of Slurm's\n" + line(Hello(pid=2)) + line(Final(status=Status.OK))
     login = LoginNode(SUBMITTED, [("RUNNING", first_run), ("PENDING", b""), ("RUNNING", second_run)])
     channel = job(login)
     channel.send_spec(spec())
     events = [e for e in all_events(channel) if not isinstance(e, JobState)]
     assert [type(e) for e in events] == [Hello, BenchResult, Hello, Final]
     assert [e.pid for e in events if isinstance(e, Hello)] == [1, 2]
-    assert isinstance(events[-1], Final) and events[-1].status == "ok"
+    assert isinstance(events[-1], Final) and events[-1].status == Status.OK
 
 
 def test_an_abort_of_a_running_job_signals_the_agent_through_scancel():
-    login = LoginNode(SUBMITTED, [("RUNNING", line(Hello())), ("RUNNING", line(Final(status="aborted")))])
+    login = LoginNode(SUBMITTED, [("RUNNING", line(Hello())), ("RUNNING", line(Final(status=Status.ABORTED)))])
     channel = job(login)
     channel.send_spec(spec())
     assert [type(channel.receive()) for _ in range(3)] == [JobState, JobState, Hello]
@@ -236,7 +236,7 @@ def test_a_line_of_another_protocol_in_the_event_file_comes_after_the_ones_befor
 
 
 def test_a_requeued_job_whose_second_run_dies_without_a_report_ends_with_one_made_from_its_state():
-    first_run = line(Hello(pid=1)) + line(Final(status="ok"))
+    first_run = line(Hello(pid=1)) + line(Final(status=Status.OK))
     login = LoginNode(SUBMITTED, [("RUNNING", first_run), ("PENDING", b""), ("RUNNING", line(Hello(pid=2))),
                                   ("FAILED", b""), ("FAILED", b"")])  # ended; no late lines either
     channel = job(login)

@@ -85,3 +85,30 @@ def test_the_controller_reads_the_final_report_by_attribute():
         if hits := [i for i, line in enumerate(path.read_text().splitlines(), 1) if FINAL_BY_KEY.search(line)]:
             found[rel] = hits
     assert not found, f"final report read by string key: {found}"
+
+
+def layout_modules(text: str) -> set[str]:
+    """`pkg/name.py` for each module line of docs/layout.md's harness/ tree (two-space indents by package)."""
+    block = text.split("```\nharness/\n", 1)[1].split("```", 1)[0]
+    found, package = set(), ""
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith("  "):  # past harness/: the repo's other folders
+            break
+        word = line.split()[0].rstrip(",")
+        if line.startswith("    ") and word.endswith(".py"):
+            found.add(f"{package}/{word}")
+        elif not line.startswith("    "):
+            package = word.rstrip("/") if word.endswith("/") else ""
+            found.update(w.rstrip(",") for w in line.split("   ")[0].split() if w.rstrip(",").endswith(".py"))
+    return found
+
+
+def test_the_layout_page_names_every_module():
+    listed = layout_modules((PACKAGE.parent / "docs" / "layout.md").read_text())
+    modules = {p.relative_to(PACKAGE).as_posix() for p in harness_files()
+               if p.name != "__init__.py" and not p.relative_to(PACKAGE).as_posix().startswith("sim/")}
+    modules.add("__init__.py")
+    assert modules - listed == set(), "add a line to docs/layout.md for each"
+    assert listed - modules == set(), "docs/layout.md names modules that are gone"
