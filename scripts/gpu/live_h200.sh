@@ -47,7 +47,7 @@ case "${1:-}" in
     sweep_file=${3:-experiments/real-h200/all-backends.yaml}
     hosts=$(python3 -c "import json; print(','.join(json.load(open('$ROOT/target.json'))['sweep_hosts']))")
     resume=()
-    last=$(python3 -c "from pathlib import Path; from harness.results import ResultsStore as S
+    last=$(python3 -c "from pathlib import Path; from harness.results.store import ResultsStore as S
 print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])")
     [ -n "$last" ] && resume=(--resume "$last")
     [ -n "${START_WITHIN:-}" ] && resume+=(--start-within "$START_WITHIN")
