@@ -402,7 +402,7 @@ def full(write: bool) -> bool:
     return ok
 
 
-def changed(cap_s: float, write: bool) -> bool:
+def changed(cap_s: float, write: bool, last_run: bool = False) -> bool:
     report = load_report()
     if report is None:
         print(f"no mutation report at {REPORT_JSON.relative_to(ROOT)}: run `python3 scripts/mutation.py full "
@@ -421,13 +421,40 @@ def changed(cap_s: float, write: bool) -> bool:
     for c in todo:
         print(f"  {c.function.qualname}: {c.why}")
     before = sources_digest()
-    run = run_mutmut([c.function.pattern for c in todo], cap_s=cap_s or None)
+    if last_run:  # survivors explained since: judge what mutmut found then, without running it again
+        if not last_run_matches_sources():
+            return False
+        run = collect_run([c.function.pattern for c in todo], 0.0, False)
+    else:
+        run = run_mutmut([c.function.pattern for c in todo], cap_s=cap_s or None)
     explained = explained_mutants()
     ok = judge(run, explained, f"{len(todo)} changed safety function(s)", [c.function.pattern for c in todo])
     write = write and unchanged_since(before)
     if write:
         write_clean_rows(report, run, [c.function for c in todo], explained)
     return ok
+
+
+def last_run_matches_sources() -> bool:
+    """mutants/ (the last mutmut run) was made from the sources as they are now: its copies of the tests and of
+    every module mutmut does not mutate are byte for byte ours (the mutated modules are compared by git: they
+    must have no uncommitted change)."""
+    import tomllib
+
+    mutated = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"])
+    copy = ROOT / "mutants"
+    if not copy.is_dir():
+        print("no mutants/ folder: there is no last run to judge")
+        return False
+    ours = [p.relative_to(ROOT) for p in [*ROOT.glob("harness/**/*.py"), *ROOT.glob("tests/**/*.py")]]
+    differ = [str(rel) for rel in ours if str(rel) not in mutated
+              and (not (copy / rel).is_file() or (copy / rel).read_bytes() != (ROOT / rel).read_bytes())]
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *sorted(mutated)],
+                           capture_output=True, text=True).stdout.strip()
+    if differ or dirty:
+        print("the last mutmut run was made from other sources: " + ", ".join((differ + [dirty])[:5]))
+        return False
+    return True
 
 
 def write_clean_rows(report: Report, run: MutmutRun, functions: list[SafetyFunction],
@@ -530,9 +557,12 @@ def main() -> int:
                     help="full, changed: refresh docs/mutation-report.*; planted: write the results table to PATH")
     ap.add_argument("--cap-s", type=float, default=300.0,
                     help="changed: stop mutmut after this many seconds (0: no cap, for a refresh by hand)")
+    ap.add_argument("--last-run", action="store_true",
+                    help="changed: judge the last run's mutants/ again (after explaining survivors) instead of "
+                         "running mutmut; refused when the sources changed since")
     args = ap.parse_args()
     if args.part == "changed":
-        ok = changed(args.cap_s, bool(args.write))
+        ok = changed(args.cap_s, bool(args.write), args.last_run)
     elif args.part == "full":
         ok = full(bool(args.write))
     else:

@@ -173,8 +173,10 @@ def _profile_summary(directory: Path) -> tuple[dict[str, Any] | None, str | None
     traces = sorted((directory / "profile").glob("*-TP-0*.trace.json*")) if (directory / "profile").is_dir() else []
     if not traces:
         return None, None
-    from ..triage.profile import summarize_trace
-
+    try:  # imported here, and never at the record's expense: a host image may lack the streaming parser
+        from ..triage.profile import summarize_trace
+    except ImportError as exc:
+        return None, f"cannot summarise {traces[0].name}: {exc} (install the harness with its dependencies)"
     try:
         summary = summarize_trace(traces[0], top=8)
     except (OSError, ValueError) as exc:

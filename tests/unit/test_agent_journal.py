@@ -25,7 +25,7 @@ from harness.agent import watchdog
 from harness.agent.attempt import Attempt
 from harness.agent.serve import final_report
 from harness.agent.tree import Git
-from harness.common.protocol import ChangedPaths, Journal, RecoveryReport, RevertReport, StopReport
+from harness.common.protocol import ChangedPaths, Journal, RecoveryReport, RevertReport, Status, StopReport
 from tests.conftest import marked_processes, tree_snapshot
 from tests.unit.test_agent_tree import (
     RecordingLink,
@@ -351,6 +351,15 @@ def test_an_unverified_revert_without_the_snapshot_file_still_reports_and_keeps_
     result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]), RecordingLink({"compile": stray})).run()
     assert result.revert.verified is False and "core.1" in result.revert.diff
     assert journal_path(repo).exists()
+
+
+def test_an_unverified_revert_says_so_in_the_records_error(repo, tmp_path):
+    """The words a user reads: the attempt ends infra-error saying the revert could not be verified (not a
+    traceback of the cleanup)."""
+    result = Attempt(spec_for(repo, tmp_path, [awkward_patch(repo)]),
+                     RecordingLink({"compile": lambda: (repo / "core.1").write_bytes(b"x")})).run()
+    assert result.status == Status.INFRA_ERROR and result.revert.verified is False
+    assert result.error == "revert could not be verified"
 
 
 def test_what_the_plan_misses_the_journal_still_covers(repo, tmp_path, monkeypatch):
