@@ -21,36 +21,32 @@ from .yamlsrc import YamlDoc, load_yaml
 
 
 @dataclass(frozen=True)
-class SweepFile:
-    sweep: Sweep
+class _ReadFile:
+    """What every file read at the door keeps: its YAML document (lines for errors, the path as given)."""
+
     doc: YamlDoc
 
     @property
     def path(self) -> Path:
-        """As it was given (its experiment files are relative to it)."""
+        """As it was given (a sweep's experiment files are relative to it)."""
         return self.doc.file
 
 
 @dataclass(frozen=True)
-class ExperimentFile:
+class SweepFile(_ReadFile):
+    sweep: Sweep
+
+
+@dataclass(frozen=True)
+class ExperimentFile(_ReadFile):
     """An experiment and the YAML it came from: a matrix's experiments share their base's."""
 
     experiment: Experiment
-    doc: YamlDoc
-
-    @property
-    def path(self) -> Path:
-        return self.doc.file
 
 
 @dataclass(frozen=True)
-class InventoryFile:
+class InventoryFile(_ReadFile):
     inventory: Inventory
-    doc: YamlDoc
-
-    @property
-    def path(self) -> Path:
-        return self.doc.file
 
     @property
     def hosts(self) -> dict[str, HostConfig]:
@@ -60,17 +56,17 @@ class InventoryFile:
 
 def read_sweep_file(path: Path) -> SweepFile:
     doc = load_yaml(path)
-    return SweepFile(sweep_from_doc(doc), doc)
+    return SweepFile(doc, sweep=sweep_from_doc(doc))
 
 
 def read_experiment_file(path: Path) -> ExperimentFile:
     doc = load_yaml(path)
-    return ExperimentFile(experiment_from_data(doc.data, doc, default_name=path.stem), doc)
+    return ExperimentFile(doc, experiment=experiment_from_data(doc.data, doc, default_name=path.stem))
 
 
 def read_inventory_file(path: Path) -> InventoryFile:
     doc = load_yaml(path)
-    return InventoryFile(inventory_from_doc(doc), doc)
+    return InventoryFile(doc, inventory=inventory_from_doc(doc))
 
 
 def file_kind(file: Path) -> str:

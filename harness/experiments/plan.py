@@ -135,14 +135,15 @@ def expand(sweep: Sweep, doc: YamlDoc, file: Path) -> list[ExperimentFile]:
     base = experiment_from_data(base_doc.data, base_doc, default_name=base_file.stem)  # the base itself is valid
     axes = list(sweep.matrix.items())
     if not axes:
-        return out + [ExperimentFile(base, base_doc)]
+        return out + [ExperimentFile(base_doc, experiment=base)]
     for combo in itertools.product(*(values for _, values in axes)):
         data = copy.deepcopy(base_doc.data)
         for (axis, _), value in zip(axes, combo):
             _set_path(data, axis, value, file, doc)
         data["name"] = _combo_name(sweep.name, combo)
         try:
-            out.append(ExperimentFile(Experiment.model_validate(data), base_doc))  # its errors: the base's lines
+            # its errors: the base's lines
+            out.append(ExperimentFile(base_doc, experiment=Experiment.model_validate(data)))
         except ValidationError as exc:
             raise _axis_error(exc, axes, combo, file, doc) from None
     return out
