@@ -2,7 +2,8 @@
 
     python real-target/setup_host.py --site /tmp/site --sglang-wheel WHEEL [--root /tmp/harness-real]
 
-Makes, under ROOT: the tiny MLA model (`tiny-mla/`, the path experiments/real-h200/*.yaml name), one
+Makes, under ROOT: the MLA models (configs and tokenizer; `tiny-mla/`, and the real-size shapes `v2-lite/`,
+`v3-16h/`, `v3-128h/` — the paths experiments/real-h200/ name; see make_tiny_mla_model.py), one
 SGLang target repo per GPU (`sglang-gpu<i>/`, laid out from the wheel: the harness patches and reverts
 them), `hosts.yaml` with one local host per GPU (`gpu<i>`, CUDA_VISIBLE_DEVICES=i) plus, with two or more
 GPUs, `gpu01` (GPUs 0 and 1, for TP 2), and `target.json` for the GPU tests (HARNESS_REAL_TARGET).
@@ -53,8 +54,11 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(args.site))
     model = root / "tiny-mla"
-    if not (model / "config.json").exists():
-        subprocess.run([args.python, str(KIT / "make_tiny_mla_model.py"), str(model)], check=True, env=env)
+    for folder, shape in ((model, "tiny"), (root / "v2-lite", "v2-lite"), (root / "v3-16h", "v3-16h"),
+                          (root / "v3-128h", "v3-128h")):
+        if not (folder / "config.json").exists():
+            subprocess.run([args.python, str(KIT / "make_tiny_mla_model.py"), str(folder), "--shape", shape],
+                           check=True, env=env)
     n = args.gpus if args.gpus is not None else gpu_count()
     hosts = {}
     for i in range(n):

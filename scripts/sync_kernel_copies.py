@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""The FP8 MLA decode kernel has one source, kernels/; the custom_fp8_mla patch set carries generated copies.
+"""SGLang-side code we ship in more than one patch set has one source, kernels/; the patch sets carry copies.
 
     python3 scripts/sync_kernel_copies.py           write every copy from kernels/
     python3 scripts/sync_kernel_copies.py --check   exit 1, naming each copy that differs or is missing
 
-A copy is a header that says it is generated, then the kernel byte for byte: no import needs rewriting, as
+A copy is a header that says it is generated, then the source byte for byte: no import needs rewriting, as
 the dispatch in fp8_mla_decode.py imports its sibling as `<own module name>_cuda`, so the pair works as
-kernels.fp8_mla_decode(_cuda) and as SGLang's custom_fp8_mla_decode(_cuda). Every variant of the patch set
-(its top level, sglang-0.5.16/, ... as patchset.yaml names them) gets both. tests/tools/test_kernel_copies.py
-runs the check.
+kernels.fp8_mla_decode(_cuda) and as SGLang's custom_fp8_mla_decode(_cuda). COPIES says which patch set gets
+which file under which name (custom_fp8_mla: the decode kernel and the prefill gather; flashmla_gather_prefill:
+the prefill gather); every variant of a patch set (its top level, sglang-0.5.16/, ... as patchset.yaml names
+them) gets all of its copies. tests/tools/test_kernel_copies.py runs the check.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ sys.path.insert(0, str(ROOT))
 
 from harness.experiments.patchsets import load_patch_set  # noqa: E402
 
-PATCH_SET = "custom_fp8_mla"
 ATTENTION = Path("files/python/sglang/srt/layers/attention")  # in each variant folder
-# kernels/<name> → the copy's name in SGLang's attention package
-COPY_NAMES = {"fp8_mla_decode.py": "custom_fp8_mla_decode.py",
-              "fp8_mla_decode_cuda.py": "custom_fp8_mla_decode_cuda.py"}
+# patch set → {kernels/<name> → the copy's name in SGLang's attention package}; the names differ per patch
+# set, so two patch sets applied together never add the same file.
+COPIES = {
+    "custom_fp8_mla": {"fp8_mla_decode.py": "custom_fp8_mla_decode.py",
+                       "fp8_mla_decode_cuda.py": "custom_fp8_mla_decode_cuda.py",
+                       "mla_prefill_gather.py": "custom_fp8_mla_prefill_gather.py"},
+    "flashmla_gather_prefill": {"mla_prefill_gather.py": "flashmla_prefill_gather.py"},
+}
 HEADER = ("# Generated from kernels/{name} by scripts/sync_kernel_copies.py: do not edit this copy.\n"
           "# Edit kernels/{name}, then run `python3 scripts/sync_kernel_copies.py`.\n")
 
@@ -44,10 +49,10 @@ def copy_bytes(source_name: str, kernel: bytes) -> bytes:
 
 
 def kernel_copies(root: Path) -> list[KernelCopy]:
-    """Every copy the patch set carries, in each of its variants, with the kernel it is made from."""
-    patch_set = load_patch_set(root / "patches", PATCH_SET)
+    """Every copy the patch sets carry, in each of their variants, with the source it is made from."""
     return [KernelCopy(root / "kernels" / source, variant.folder / ATTENTION / target)
-            for variant in patch_set.variants for source, target in COPY_NAMES.items()]
+            for name, names in COPIES.items() if (root / "patches" / name).is_dir()
+            for variant in load_patch_set(root / "patches", name).variants for source, target in names.items()]
 
 
 def drifted(copies: list[KernelCopy]) -> list[KernelCopy]:

@@ -63,6 +63,14 @@ REGISTRY: dict[str, Backend] = {
             archs=("sm90", "sm100", "sm103"),
         ),
         Backend(
+            "flashmla-gather-prefill",
+            "FlashMLA, with a paged prefill (prefix-cache hits, later chunks) that casts only the KV rows the batch "
+            "reads instead of the whole FP8 pool (patch set flashmla_gather_prefill); decode is FlashMLA's",
+            "flashmla",
+            patch_sets=("flashmla_gather_prefill",),
+            archs=("sm90", "sm100", "sm103"),
+        ),
+        Backend(
             "triton",
             "SGLang's Triton MLA decode (reads the FP8 KV cache directly, any GPU)",
             "triton",
@@ -81,8 +89,8 @@ REGISTRY: dict[str, Backend] = {
         ),
         Backend(
             "custom-fp8-mla",
-            "our Triton MLA decode kernel reading the FP8 KV cache directly (a new --attention-backend "
-            "choice added by its patch set)",
+            "our MLA decode kernel reading the FP8 KV cache directly (CUDA on SM90, Triton elsewhere), and a paged "
+            "prefill that casts only the rows it reads (a new --attention-backend choice added by its patch set)",
             "custom_fp8_mla",
             patch_sets=("custom_fp8_mla",),
             archs=("sm90", "sm100", "sm103", "sm120", "sm121"),

@@ -22,11 +22,13 @@ _spec.loader.exec_module(sync)
 
 def test_every_copy_in_every_variant_is_made_from_kernels():
     copies = sync.kernel_copies(PROJECT)
-    patch_set = PROJECT / "patches" / sync.PATCH_SET
     attention = Path("files/python/sglang/srt/layers/attention")
-    assert sorted(str(c.target.relative_to(patch_set)) for c in copies) == sorted(
-        str(variant / attention / name) for variant in (Path("."), Path("sglang-0.5.16"))
-        for name in ("custom_fp8_mla_decode.py", "custom_fp8_mla_decode_cuda.py"))
+    assert sorted(str(c.target.relative_to(PROJECT / "patches")) for c in copies) == sorted(
+        str(Path(patch_set) / variant / attention / name) for variant in (Path("."), Path("sglang-0.5.16"))
+        for patch_set, name in (("custom_fp8_mla", "custom_fp8_mla_decode.py"),
+                                ("custom_fp8_mla", "custom_fp8_mla_decode_cuda.py"),
+                                ("custom_fp8_mla", "custom_fp8_mla_prefill_gather.py"),
+                                ("flashmla_gather_prefill", "flashmla_prefill_gather.py")))
     assert sync.drifted(copies) == [], "run python3 scripts/sync_kernel_copies.py"
     assert sync.main(["--check"]) == 0
 
@@ -44,13 +46,15 @@ def test_a_copy_is_the_kernel_behind_a_comment_that_says_where_it_comes_from():
 def project(tmp_path: Path) -> Path:
     """A throwaway project with the kernels and the patch set, in sync."""
     shutil.copytree(PROJECT / "kernels", tmp_path / "kernels")
-    shutil.copytree(PROJECT / "patches" / sync.PATCH_SET, tmp_path / "patches" / sync.PATCH_SET)
+    for name in sync.COPIES:
+        shutil.copytree(PROJECT / "patches" / name, tmp_path / "patches" / name)
     assert sync.main(["--check", "--root", str(tmp_path)]) == 0
     return tmp_path
 
 
 def test_the_check_names_a_copy_with_one_byte_changed(project: Path, capsys: pytest.CaptureFixture[str]):
-    planted = sync.kernel_copies(project)[-1].target
+    copy = sync.kernel_copies(project)[-1]
+    planted = copy.target
     data = bytearray(planted.read_bytes())
     middle = len(data) // 2
     data[middle] ^= 0x01
@@ -58,7 +62,7 @@ def test_the_check_names_a_copy_with_one_byte_changed(project: Path, capsys: pyt
     capsys.readouterr()
     assert sync.main(["--check", "--root", str(project)]) == 1
     said = capsys.readouterr().err.splitlines()
-    assert said == [f"{planted.relative_to(project)} differs from kernels/fp8_mla_decode_cuda.py: "
+    assert said == [f"{planted.relative_to(project)} differs from kernels/{copy.source.name}: "
                     "run python3 scripts/sync_kernel_copies.py"]
     assert sync.main(["--root", str(project)]) == 0  # writing puts it back
     assert sync.main(["--check", "--root", str(project)]) == 0

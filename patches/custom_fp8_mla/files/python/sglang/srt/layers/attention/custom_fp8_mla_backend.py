@@ -8,6 +8,10 @@ with a Triton split-KV kernel (``custom_fp8_mla_decode``) that gathers the rows 
 batch's ``kv_indices`` and dequantises them in registers. Anything else (BF16 cache, speculative
 decoding, decode context parallelism) falls back to the FlashInfer path unchanged.
 
+Prefill: a paged prefill (an extend whose requests have KV in the pool already: a prefix-cache hit, a
+later chunk) would cast the whole FP8 pool to BF16 in FlashInfer MLA's extend path, every layer; the
+``PrefillGatherMixin`` (``custom_fp8_mla_prefill_gather.py``) casts only the rows the batch reads.
+
 The kernel reads the same ``kv_indptr``/``kv_indices`` FlashInfer is planned with: they are
 recorded at planning time. Under CUDA graphs those are the backend's capture-stable buffers
 (``kv_indptr`` and ``cuda_graph_kv_indices``), refilled in place on every replay, and the
@@ -22,9 +26,11 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from sglang.srt.layers.attention.custom_fp8_mla_decode import D_KV, mla_decode
+from sglang.srt.layers.attention.custom_fp8_mla_prefill_gather import PrefillGatherMixin
 from sglang.srt.layers.attention.flashinfer_mla_backend import (
     FlashInferMLAAttnBackend,
     FlashInferMLAIndicesUpdaterDecode,
+    FlashInferMLAIndicesUpdaterPrefill,
 )
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.runtime_context import get_parallel
@@ -57,8 +63,9 @@ class _RecordingDecodeUpdater(FlashInferMLAIndicesUpdaterDecode):
         super().call_begin_forward(_PlanRecorder(wrapper, self.attn_backend), *args, **kwargs)
 
 
-class CustomFP8MLAAttnBackend(FlashInferMLAAttnBackend):
-    """FlashInfer MLA with decode through the FP8 Triton kernel (see the module docstring)."""
+class CustomFP8MLAAttnBackend(PrefillGatherMixin, FlashInferMLAAttnBackend):
+    """FlashInfer MLA with decode through the FP8 kernel and a paged prefill that casts only the rows it
+    reads (see the module docstring)."""
 
     def __init__(
         self,
@@ -75,6 +82,7 @@ class CustomFP8MLAAttnBackend(FlashInferMLAAttnBackend):
         )
         self.decode_kv_indices: Optional[torch.Tensor] = None
         self.indices_updater_decode = _RecordingDecodeUpdater(model_runner, self)
+        self.init_prefill_gather(model_runner, FlashInferMLAIndicesUpdaterPrefill)
 
     def _decode_through_kernel(
         self, kv_buffer: torch.Tensor, forward_batch: ForwardBatch
