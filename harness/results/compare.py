@@ -332,7 +332,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
 def to_markdown(rows: list[Row], metric: str) -> str:
     cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
-             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples",
+             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples"
+             + ("; answers: ✓/✗ against the baseline's (same tokens, largest Δ logprob)" if "answers" in cols else ""),
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for line in table_rows(rows):
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in line) + " |")
