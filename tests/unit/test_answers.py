@@ -138,6 +138,17 @@ def test_the_table_cell_per_row_reference_and_no_reference():
     assert got == {"base": "ref", "same": "✓ 100% Δ0", "wrong": "✗ 87% Δ0 (1 bad)", "other": "≠ ref", "torn": "?",
                    "none": None}
     assert any("seed 8 vs 7" in n for n in notes["other"]) and notes["torn"] == ["answers: bad JSON"]
+    from harness.results.compare import to_csv
+    from harness.results.page import table_context
+
+    rows = build_rows(records, metric="output_throughput", baseline="base")
+    attach(rows, records, lambda r: sets[r.experiment], named_baseline=True)
+    page = table_context(rows, "output_throughput")
+    at = page["headers"].index("answers")
+    by = {line["label"]: line["cells"][at] for line in page["rows"]}
+    assert by["wrong"]["text"] == "✗ 87% Δ0 (1 bad)" and by["wrong"]["cls"] == "v-worse"
+    assert by["same"]["cls"] == "v-better" and by["base"]["text"] == "ref" and by["none"]["text"] == ""
+    assert "answers" in to_csv(rows).splitlines()[0].split(",") and "✓ 100% Δ0" in to_csv(rows)
     got, _ = cells(False)  # no baseline named (the table's stand-in is no reference)
     assert got["same"] == got["wrong"] == got["base"] == "no ref"
 
