@@ -239,7 +239,7 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
         if line[at["experiment"]]:  # an experiment's first line: its own facts
             facts = [line[at["experiment"]], line[at["backend"]]] + ([line[at["GPU"]]] if "GPU" in at else [])
             out.append("  ".join(facts) + ": " + line[at["status"]]
-                       + (f"  (answers: {line[at['answers']]})" if line[at.get("answers", -1)] and "answers" in at else "")
+                       + (f"  (answers: {line[at['answers']]})" if "answers" in at and line[at["answers"]] else "")
                        + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why

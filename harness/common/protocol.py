@@ -38,9 +38,9 @@ from .outcome import (
 )
 from .wire import PROTOCOL, Message, Nested, ProtocolError
 
-__all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event", "EVENTS",
-           "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message", "Mode",
-           "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
+__all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event",
+           "EVENTS", "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
+           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
            "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
            "Status", "StopReport", "Timeouts", "decode", "encode"]
 

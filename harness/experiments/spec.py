@@ -11,7 +11,17 @@ import random
 from typing import Any
 
 from .. import __version__
-from ..common.protocol import AnswersSpec, BenchCase, FileEntry, PatchEntry, ProfileSpec, Requirements, ServerSpec, Spec, Timeouts
+from ..common.protocol import (
+    AnswersSpec,
+    BenchCase,
+    FileEntry,
+    PatchEntry,
+    ProfileSpec,
+    Requirements,
+    ServerSpec,
+    Spec,
+    Timeouts,
+)
 from ..triage.signatures import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
 from .commands import bench_serving_argv, profile_argv, profile_case, server_argv
 from .config import AnswersSettings, Experiment, HostConfig

@@ -4,9 +4,10 @@
     results/<run-id>/<experiment>/<attempt>/record.json     one attempt (`Record`, schema `SCHEMA`)
     results/<run-id>/<experiment>/<attempt>/record.partial.json   the same, provisional, while it runs
 
-beside each record the server log, the benchmark JSONL and (with the answer check) answers.json. Files are written atomically; records are
-never overwritten. On read, a file of another schema or one that does not validate is a `ResultsError`
-naming the file and what to do — never a pydantic traceback. The files' models are in harness.results.schemas.
+beside each record the server log, the benchmark JSONL and (with the answer check) answers.json. Files are
+written atomically; records are never overwritten. On read, a file of another schema or one that does not
+validate is a `ResultsError` naming the file and what to do — never a pydantic traceback. The files' models
+are in harness.results.schemas.
 """
 
 from __future__ import annotations

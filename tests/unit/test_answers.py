@@ -18,8 +18,8 @@ from harness.errors import ConfigError
 from harness.experiments.config import AnswersSettings, load_experiment
 from harness.experiments.spec import answer_prompts, answers_spec
 from harness.results.answers import (
-    AnswersMismatch,
     AnswerSet,
+    AnswersMismatch,
     PromptAnswer,
     compare_answers,
     parse_answers,
