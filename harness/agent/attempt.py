@@ -1,6 +1,6 @@
 """One attempt as a sequence of stages — and nothing else: each stage's work lives in its own module.
 
-    lock → preflight (recover a leftover journal first) → patch → launch → wait → bench → [profile]
+    lock → preflight (recover a leftover journal first) → patch → launch → wait → bench → [answers] → [profile]
          → stop → revert/verify                                  (cleanup runs on every path)
 """
 
@@ -28,6 +28,7 @@ from ..common.protocol import (
 )
 from ..common.targetid import read_server_version, target_identity
 from . import watchdog
+from .answers import check_answers
 from .bench import Load
 from .errors import Aborted, FailureFacts, StageFailed, abort_message
 from .gpu import query_gpus, wait_gpu_release
@@ -149,6 +150,9 @@ class Attempt:
                         self.result)
             self.stage("bench")
             self.timings["bench_s"] = load.bench()
+            if self.spec.answers:
+                self.stage("answers")
+                self.timings["answers_s"] = check_answers(load)
             if self.spec.profile:
                 self.stage("profile")
                 Capture(load).run()  # never fails the attempt: a profile that did not come is `profile_error`

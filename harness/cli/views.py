@@ -12,10 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..common.protocol import Status
-from ..errors import ConfigError
+from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import compare, plots
+from ..results import answers, compare, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.store import ResultsStore
@@ -80,7 +80,18 @@ def comparison_rows(runs: list[tuple[ResultsStore, str]], *, baseline: str | Non
     if baseline and baseline not in compare.baseline_names(rows):
         raise ConfigError(f"no experiment {baseline!r} to use as the baseline",
                           hint="experiments: " + ", ".join(compare.baseline_names(rows)))
+    stores = {run_id: store for store, run_id in runs}
+    answers.attach(rows, records, lambda rec: read_answers(stores[rec.run_id], rec),
+                   named_baseline=bool(baseline or run_baseline))
     return records, rows, run_baseline, infos
+
+
+def read_answers(store: ResultsStore, rec: Record) -> answers.AnswerSet | str:
+    """A record's answers.json, parsed; or why it cannot be (the table says so in the row's notes)."""
+    try:
+        return answers.parse_answers(store.read_answers(rec))
+    except (ResultsError, answers.BadAnswers) as exc:
+        return str(exc)
 
 
 def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str) -> Path:
@@ -155,7 +166,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         body = ["case", compare.value_header("", metric).strip(), "vs base"]
     else:
         body = [h for c in cases for h in (compare.value_header(c, metric), f"{c} vs base")]
-    headers = head + body + (["top op"] if tops else [])
+    ans = any(r.answers for r in rows)
+    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else [])
     empty = compare.Cell(None, None, 0, [])
     lines: Lines = []
     for r in rows:
@@ -163,7 +175,7 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
         # Cells are printed as Text, as they are: the GPU and the top op are the host's words, shown escaped.
         start = [display_line(label), r.backend or "-"] + ([display_line(r.gpu or "-")] if mixed else []) + [status]
-        end = [display_line(r.top_op or "-")] if tops else []
+        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else [])
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
             pairs = [(compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)) for _, cell in cells]
@@ -227,6 +239,7 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
         if line[at["experiment"]]:  # an experiment's first line: its own facts
             facts = [line[at["experiment"]], line[at["backend"]]] + ([line[at["GPU"]]] if "GPU" in at else [])
             out.append("  ".join(facts) + ": " + line[at["status"]]
+                       + (f"  (answers: {line[at['answers']]})" if "answers" in at and line[at["answers"]] else "")
                        + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
@@ -247,7 +260,9 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
     # soft_wrap=False: wrapped by words at the console's width, even on a console that soft-wraps (the CLI's)
     out.print(Text(f"median ± CV: the median over the repeats ± their coefficient of variation (n repeats); "
                    f"vs base: ▲ better ▼ worse ≈ not significant (Mann-Whitney, p ≥ {compare.ALPHA}) ? too few "
-                   f"samples; [n]: a note below"), soft_wrap=False)
+                   f"samples; [n]: a note below"
+                   + ("; answers: ✓/✗ the answer check against the baseline's (same tokens %, largest Δ logprob)"
+                      if any(r.answers for r in rows) else "")), soft_wrap=False)
     notes = _footnotes(rows)
     for r in rows:
         text = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes

@@ -202,6 +202,7 @@ class BenchFacts(Message):
     files: Optional[dict[str, str]] = None  # case → its results file on the host (fetched even when it failed)
     profile_files: Optional[list[str]] = None
     profile_error: Optional[str] = None  # the profile stage never fails the attempt: this says what went wrong
+    answers_file: Optional[str] = None  # the answer check's answers.json on the host, once written
 
 
 @dataclass

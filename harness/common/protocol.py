@@ -38,9 +38,9 @@ from .outcome import (
 )
 from .wire import PROTOCOL, Message, Nested, ProtocolError
 
-__all__ = ["JOURNAL_VERSION", "PROTOCOL", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event", "EVENTS",
-           "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message", "Mode",
-           "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
+__all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event",
+           "EVENTS", "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
+           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
            "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
            "Status", "StopReport", "Timeouts", "decode", "encode"]
 
@@ -88,6 +88,17 @@ class ProfileSpec(Message):
 
 
 @dataclass
+class AnswersSpec(Message):
+    """The answer check: one batched greedy POST /generate of these prompts after the bench cases, its
+    output ids and top logprobs written to answers.json (`settings` is copied there: what the request was)."""
+
+    input_ids: list[list[int]]
+    output_len: int
+    top_logprobs: int
+    settings: dict[str, Any] = field(default_factory=dict)  # the YAML's `answers:` block, as given
+
+
+@dataclass
 class Requirements(Message):
     backend: Optional[str] = None
     attention_backend: Optional[str] = None
@@ -131,7 +142,7 @@ class Spec(Message):
     NESTED: ClassVar[Nested] = {
         "server": (ServerSpec, False), "bench": (BenchCase, True), "profile": (ProfileSpec, False),
         "requirements": (Requirements, False), "patches": (PatchEntry, True), "files": (FileEntry, True),
-        "timeouts": (Timeouts, False)}
+        "timeouts": (Timeouts, False), "answers": (AnswersSpec, False)}
 
     run_id: str
     attempt_id: str
@@ -158,6 +169,7 @@ class Spec(Message):
     deadline_s: Optional[float] = None
     expect: str = "ok"
     profile: Optional[ProfileSpec] = None
+    answers: Optional[AnswersSpec] = None
     requirements: Requirements = field(default_factory=Requirements)
 
     @classmethod

@@ -238,6 +238,30 @@ class ProfileSettings(Strict):
                                                      "trace files); a profile not done by then is a profile_error")
 
 
+class AnswersSettings(Strict):
+    """The answer check: fixed prompts (token ids drawn with `seed`, no tokenizer needed) sent once, greedy, with
+    their top logprobs, after the bench cases; `harness compare` judges them against the baseline's
+    (docs/reading-the-table.md, "The answers column")."""
+
+    prompts: int = Field(16, ge=1, le=1024, description="how many prompts (one batched request)")
+    input_len: int = Field(128, ge=1, description="token ids per prompt")
+    output_len: int = Field(32, ge=1, description="tokens generated per prompt (greedy, ignore_eos)")
+    seed: int = Field(7, ge=0, description="draws the prompts' token ids: same seed, same prompts")
+    top_logprobs: int = Field(5, ge=1, le=100, description="top-K logprobs kept per output position")
+    vocab: int = Field(32000, ge=101, description="token ids are drawn from [100, vocab)")
+    max_dlogprob: float = Field(0.25, ge=0, description="largest |Δ logprob| of the chosen token (before a "
+                                "divergence) that still passes")
+    tie_margin: float = Field(0.1, ge=0, description="a divergence passes only as a near-tie: the reference's "
+                              "logprob of its own token minus that of the row's token at most this")
+
+    @model_validator(mode="after")
+    def _finite(self) -> AnswersSettings:
+        for name in ("max_dlogprob", "tie_margin"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number")
+        return self
+
+
 class Experiment(Strict):
     name: Name
     description: str = ""
@@ -255,6 +279,7 @@ class Experiment(Strict):
     gpus: int | None = Field(None, ge=0)
     allow_dirty: tuple[str, ...] = ()
     profile: ProfileSettings | None = None
+    answers: AnswersSettings | None = None
 
     @model_validator(mode="after")
     def _profile_case(self) -> Experiment:

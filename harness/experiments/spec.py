@@ -7,13 +7,24 @@ from commands.py, the log patterns the agent watches from triage.py. Nothing is 
 from __future__ import annotations
 
 import base64
+import random
 from typing import Any
 
 from .. import __version__
-from ..common.protocol import BenchCase, FileEntry, PatchEntry, ProfileSpec, Requirements, ServerSpec, Spec, Timeouts
+from ..common.protocol import (
+    AnswersSpec,
+    BenchCase,
+    FileEntry,
+    PatchEntry,
+    ProfileSpec,
+    Requirements,
+    ServerSpec,
+    Spec,
+    Timeouts,
+)
 from ..triage.signatures import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
 from .commands import bench_serving_argv, profile_argv, profile_case, server_argv
-from .config import Experiment, HostConfig
+from .config import AnswersSettings, Experiment, HostConfig
 from .patchsets import PatchSet
 from .resolve import Resolved
 
@@ -61,6 +72,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         lock_wait_s=lock_wait_s,
         expect=exp.expect,
         profile=ProfileSpec(**profile) if profile else None,
+        answers=answers_spec(exp.answers) if exp.answers else None,
         requirements=Requirements(
             backend=r.backend_name,
             attention_backend=r.backend.attention_backend if r.backend else exp.server.attention_backend,
@@ -78,3 +90,15 @@ def _profile_spec(python: str, exp: Experiment) -> dict[str, Any] | None:
         return None
     return {"steps": p.steps, "activities": list(p.activities), "timeout": p.timeout, "case": profile_case(exp).name,
             "argv": profile_argv(python, exp), "with_stack": p.with_stack, "record_shapes": p.record_shapes}
+
+
+def answer_prompts(a: AnswersSettings) -> list[list[int]]:
+    """The answer check's fixed prompts: `prompts` lists of `input_len` token ids from [100, vocab), drawn with
+    `seed` (same settings, same prompts, on any machine and Python: random.Random's sequence is stable)."""
+    rng = random.Random(a.seed)
+    return [[rng.randrange(100, a.vocab) for _ in range(a.input_len)] for _ in range(a.prompts)]
+
+
+def answers_spec(a: AnswersSettings) -> AnswersSpec:
+    return AnswersSpec(input_ids=answer_prompts(a), output_len=a.output_len, top_logprobs=a.top_logprobs,
+                       settings=a.model_dump(mode="json"))

@@ -11,6 +11,7 @@ import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..common.protocol import Status
 from ..safetext import display_line
@@ -60,6 +61,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     is_baseline: bool = False
     expected: bool = False  # it crashed or hung, and the experiment said it would (`expect`)
+    answers: str | None = None  # the answer check's cell (results/answers.py `attach`); None: no answers
+    answer_verdict: Any = None  # answers.AnswerVerdict, when judged against a reference
 
 
 def lower_is_better(metric: str) -> bool:
@@ -299,6 +302,8 @@ def columns(rows: list[Row], metric: str = "") -> list[str]:
     cols = ["experiment", "backend"] + (["GPU"] if mixed_gpus(rows) else []) + ["status"]
     for c in cases:
         cols += [value_header(c, metric), f"{c} vs base"]
+    if any(r.answers for r in rows):
+        cols.append("answers")
     if any(r.top_op for r in rows):
         cols.append("top op")
     return cols + ["notes"]
@@ -315,6 +320,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell_text(cell), ratio_text(cell, r.is_baseline)]
+        if any(x.answers for x in rows):
+            line.append(r.answers or "")
         if any(x.top_op for x in rows):
             line.append(r.top_op or "-")
         line.append("; ".join(notes))
@@ -325,7 +332,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
 def to_markdown(rows: list[Row], metric: str) -> str:
     cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
-             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples",
+             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples"
+             + ("; answers: ✓/✗ against the baseline's (same tokens, largest Δ logprob)" if "answers" in cols else ""),
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for line in table_rows(rows):
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in line) + " |")
@@ -340,7 +348,7 @@ def to_csv(rows: list[Row]) -> str:
             "as_expected"]
     for c in cases:
         head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
-    w.writerow(head + ["top_op", "notes"])
+    w.writerow(head + ["answers", "top_op", "notes"])
     for r in rows:
         line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
                               r.key_line, r.attempts, r.ok, r.expected]
@@ -348,7 +356,8 @@ def to_csv(rows: list[Row]) -> str:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
             line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
         # A spreadsheet or a terminal shows these: a host's words (GPU, op names) with their controls escaped.
-        w.writerow([display_line(x) if isinstance(x, str) else x for x in line + [r.top_op, "; ".join(r.notes)]])
+        w.writerow([display_line(x) if isinstance(x, str) else x
+                    for x in line + [r.answers, r.top_op, "; ".join(r.notes)]])
     return buf.getvalue()
 
 

@@ -55,7 +55,8 @@ def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
     headers = ["experiment", "backend", "GPU", "status"]
     for c in cases:
         headers += [compare.value_header(c, metric), f"{c} vs base"]
-    headers += (["top op"] if tops else []) + ["notes"]
+    ans = any(r.answers for r in rows)
+    headers += (["answers"] if ans else []) + (["top op"] if tops else []) + ["notes"]
     empty = compare.Cell(None, None, 0, [])
     lines = []
     for r in rows:
@@ -68,6 +69,10 @@ def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
             cells.append({"text": compare.ratio_text(cell, r.is_baseline),
                           "cls": f"num v-{cell.verdict.replace('/', '')}", "title": p,
                           "p": f"p={cell.p_value:.2g}" if cell.p_value is not None else None})
+        if ans:
+            v = r.answer_verdict
+            cells.append({"text": r.answers or "", "cls": None if v is None else "v-better" if v.passed else "v-worse",
+                          "title": None if v is None else f"{v.diverged} of {v.prompts} prompts diverged, {v.bad} bad"})
         if tops:
             cells.append({"text": r.top_op or "-"})
         notes = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes

@@ -100,6 +100,18 @@ class ProfileSummary(_Strict):
     files: list[str] = []
 
 
+class AnswersStats(_Strict):
+    """The answer check's own facts (answers.json beside the record); its verdict needs a reference, so it is
+    computed by `harness compare`, never stored."""
+
+    file: str = "answers.json"  # relative to the attempt folder
+    prompts: int | None = None
+    positions: int | None = None
+    mean_logprob: float | None = None  # of the chosen (greedy) tokens
+    min_logprob: float | None = None
+    error: DisplayText | None = None  # answers.json came but cannot be read
+
+
 class Provenance(_Strict):
     base_commit: str | None = None
     patch_sets: dict[str, str] = {}  # name → sha256 of its contents
@@ -169,6 +181,7 @@ class Record(_Strict):
     recovered: Recovered | None = None
     abort_reason: DisplayLine | None = None
     profile: ProfileSummary | None = None
+    answers: AnswersStats | None = None  # with `answers:`: the answer check's own facts
     # in sweeps
     key: str | None = None
     round: int | None = None

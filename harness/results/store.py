@@ -4,9 +4,10 @@
     results/<run-id>/<experiment>/<attempt>/record.json     one attempt (`Record`, schema `SCHEMA`)
     results/<run-id>/<experiment>/<attempt>/record.partial.json   the same, provisional, while it runs
 
-beside each record the server log and the benchmark JSONL. Files are written atomically; records are
-never overwritten. On read, a file of another schema or one that does not validate is a `ResultsError`
-naming the file and what to do — never a pydantic traceback. The files' models are in harness.results.schemas.
+beside each record the server log, the benchmark JSONL and (with the answer check) answers.json. Files are
+written atomically; records are never overwritten. On read, a file of another schema or one that does not
+validate is a `ResultsError` naming the file and what to do — never a pydantic traceback. The files' models
+are in harness.results.schemas.
 """
 
 from __future__ import annotations
@@ -241,6 +242,17 @@ class ResultsStore:
             if rec.key:
                 by_key.setdefault(rec.key, []).append(rec)
         return by_key
+
+    def read_answers(self, rec: Record) -> Any:
+        """The JSON of a record's answers.json (the answer check) beside it; ResultsError when it cannot be read."""
+        name = rec.answers.file if rec.answers is not None else "answers.json"
+        path = self.run_path(rec.run_id) / rec.experiment / rec.attempt / Path(name).name
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ResultsError(f"cannot read {path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ResultsError(f"{path}: not valid JSON ({exc})") from None
 
     def final_records(self, run_id: str) -> list[Record]:
         """The run's results: final records of the run's current plan (a record keyed by an older plan —

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from ..common.wire import plain
 from ..errors import HarnessError
 from ..experiments.resolve import Resolved
 from ..masking import mask_secrets, redact_argv
+from ..results.answers import own_stats, parse_answers
 from ..results.metrics import summarize
 from ..results.schemas import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt
 from ..results.store import redact_env
@@ -130,7 +132,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
         experiment_file=str(r.file.resolve()), server=server, changed_paths=plain(final.patch.changed_paths),
         recovered=recovery_facts(final.recovered), abort_reason=final.abort_reason, profile=profile,
-        slurm=follow.job, **facts,
+        answers=answers_stats(directory), slurm=follow.job, **facts,
     )
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_
@@ -185,6 +187,17 @@ def _profile_summary(directory: Path) -> tuple[dict[str, Any] | None, str | None
     out["trace"] = str(traces[0].relative_to(directory))
     out["files"] = sorted(str(p.relative_to(directory)) for p in (directory / "profile").iterdir())
     return out, None
+
+
+def answers_stats(directory: Path) -> dict[str, Any] | None:
+    """The answer check's own facts, from the answers.json fetched beside the record (none: no answer check)."""
+    path = directory / "answers.json"
+    if not path.is_file():
+        return None
+    try:
+        return own_stats(parse_answers(json.loads(path.read_text(encoding="utf-8"))))
+    except (OSError, ValueError) as exc:  # BadAnswers and JSON errors are ValueErrors
+        return {"file": path.name, "error": f"cannot read answers.json: {exc}"}
 
 
 def _last_line(path: Path) -> str | None:

@@ -376,8 +376,8 @@ def _fetch_artifacts(t: Transport, final: Final, directory: Path) -> list[str]:
     if final.server.log:
         wanted.append((final.server.log, "server.log"))
     for case, path in (final.bench.files or {}).items():
-        wanted.append((path, f"bench-{case}.jsonl"))
-        wanted.append((path[: -len(".jsonl")] + ".log", f"bench-{case}.log"))
+        wanted += [(path, f"bench-{case}.jsonl"), (path[: -len(".jsonl")] + ".log", f"bench-{case}.log")]
+    wanted += [(final.bench.answers_file, "answers.json")] if final.bench.answers_file else []
     if final.bench.profile_files:
         (directory / "profile").mkdir(exist_ok=True)
         for path in final.bench.profile_files:

@@ -8,6 +8,11 @@ kernel's share of the GPU's memory bandwidth.
 from sglang._sim import torch
 from sglang._sim.gpus import load_facts
 
+# The scale the attention kernels apply to the KV rows they read: 1.0 is exact. Any other value is a numerical
+# error of the kernels, which the simulated model's answers show (sglang._sim.model_output): logprobs shift
+# everywhere and greedy tokens flip.
+KV_SCALE = 1.0
+
 # Peak HBM bandwidth per arch (bytes per second).
 HBM_BANDWIDTH = {"sm90": 4.8e12, "sm100": 8.0e12, "sm120": 1.8e12}
 

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from sglang._sim import ignore_sigterm, milestone, startup_sleep
+from sglang._sim.model_output import Generation
 from sglang.srt.entrypoints.engine import (
     _launch_subprocesses,
     shutdown_subprocesses,
@@ -318,14 +319,53 @@ def _meta_info(state, n, reason):
     return meta
 
 
+def _generation(state):
+    """The request's greedy continuation (sglang._sim.model_output), made once per request."""
+    gen = getattr(state, "generation", None)
+    if gen is None:
+        prompt = getattr(state, "prompt", None)
+        backend = getattr(_global_state.server_args, "attention_backend", None)
+        gen = state.generation = Generation(prompt if prompt is not None else state.rid, backend)
+    return gen
+
+
+def _logprob_meta(state, n, lp):
+    """SGLang's logprob fields of meta_info (return_logprob): [logprob, token_id, text] lists."""
+    gen, k = _generation(state), lp["top_logprobs_num"]
+    meta = {}
+    meta["input_token_logprobs"], input_top = gen.input_logprobs(lp["logprob_start_len"], k)
+    meta["output_token_logprobs"] = gen.output_token_logprobs(n)
+    if k > 0:
+        meta["input_top_logprobs"] = input_top
+        meta["output_top_logprobs"] = gen.output_top_logprobs(n, k)
+    return meta
+
+
 def _output(state, n, reason, index=0):
-    seed = sum(map(ord, state.rid))
+    meta = _meta_info(state, n, reason)
+    lp = getattr(state, "logprob", None)
+    if lp is not None:
+        meta.update(_logprob_meta(state, n, lp))
     return {
         "text": detokenize(state.rid, n),
-        "output_ids": [(seed + 7 * i) % 32000 + 100 for i in range(n)],
-        "meta_info": _meta_info(state, n, reason),
+        "output_ids": list(_generation(state).extend(n)),
+        "meta_info": meta,
         "index": index,
     }
+
+
+def _logprob_request(body, i):
+    """The request's logprob settings for prompt i (SGLang takes a value or a list per prompt), or None."""
+
+    def pick(name, default):
+        v = body.get(name, default)
+        return v[i] if isinstance(v, list) else v
+
+    if not pick("return_logprob", False):
+        return None
+    start = pick("logprob_start_len", -1)
+    return {"top_logprobs_num": int(pick("top_logprobs_num", 0) or 0),
+            "logprob_start_len": -1 if start is None else int(start)}
 
 
 def submit(prompt_tokens, sampling_params):
@@ -381,12 +421,19 @@ def generate_request(h):
     sampling_params = body.get("sampling_params") or {}
     tm = _global_state.tokenizer_manager
     states = []
-    for p in prompts:
+    if isinstance(text, list):
+        sources = text
+    elif isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list):
+        sources = input_ids
+    else:
+        sources = [text if text is not None else input_ids]
+    for i, p in enumerate(prompts):
         state, err = submit(p, sampling_params)
         if err:
             for s in states:
                 tm.abort(s.rid)
             return _error(h, err)
+        state.prompt, state.logprob = sources[i], _logprob_request(body, i)
         states.append(state)
     batched = len(prompts) > 1 or isinstance(text, list) or (input_ids and isinstance(input_ids[0], list))
     if body.get("stream"):
