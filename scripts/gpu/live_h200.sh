@@ -59,6 +59,7 @@ print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])
     case "$sweep_file" in
       experiments/real-h200/all-backends.yaml) python3 benchmarks/real_h200.py "$ROOT/results" --out "$OUT/real-h200" || true ;;
       experiments/real-h200/cuda-pool-ratio.yaml) python3 benchmarks/live_pool.py "$ROOT/results" --out "$OUT/fp8_mla_live_pool" || true ;;
+      experiments/real-h200/real-size/*) python3 benchmarks/real_size.py "$ROOT/results" --out "$OUT/real-size" || true ;;
     esac
     save_results
     exit "$rc" ;;
