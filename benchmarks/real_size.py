@@ -3,9 +3,10 @@
     python benchmarks/real_size.py RESULTS_DIR [--out benchmarks/results/real-size]
 
 Reads every run of the sweeps in experiments/real-h200/real-size/ (sweep-v2-lite.yaml, sweep-v3-16h.yaml,
-sweep-v3-128h.yaml and the first-look sweeps) under RESULTS_DIR; per model shape, backend and KV pool size the
-newest final attempt. Each cell is the median over the case's repeats of each repeat's median (ITL, TTFT) or
-its output tok/s, with the repeats' range and n. The answers column judges the row's answers.json against
+sweep-v3-128h.yaml and the first-look sweeps) under RESULTS_DIR; per model shape, backend and KV pool size,
+each column from the newest attempt that measured it (an attempt its budget stopped keeps the cases it
+finished; the JSON names each cell's attempt, the status column lists theirs). Each cell is the median over the
+case's repeats of each repeat's median (ITL, TTFT) or its output tok/s, with the repeats' range and n. The answers column judges the row's answers.json against
 the shape's stock FlashInfer MLA at the large pool (harness/results/answers.py, the rule `harness compare`
 uses). Then the issue's targets for custom-fp8-mla, each with the numbers it was judged on.
 """
@@ -65,9 +66,10 @@ class Row:
     backend: str
     pool: float | None
     control: bool
-    record: Record
-    folder: Path
+    record: Record  # the newest attempt
+    folder: Path  # where the answers came from (the newest attempt that has them)
     cells: dict[str, Cell] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # column → "run/experiment/attempt" it was read from
     answers: str = ""
 
     @property
@@ -84,17 +86,20 @@ def shape_of(experiment: str) -> str | None:
     return next((s for s in SHAPES if experiment.startswith(s + "-")), None)
 
 
-def newest_final(store: ResultsStore) -> dict[tuple[str, str, float | None, bool], tuple[Record, Path]]:
-    """Per (shape, backend, pool, control): the newest final attempt over every run in the store."""
-    found: dict[tuple[str, str, float | None, bool], tuple[Record, Path]] = {}
+Key = tuple[str, str, "float | None", bool]  # shape, backend, pool, control
+
+
+def final_attempts(store: ResultsStore) -> dict[Key, list[tuple[Record, Path]]]:
+    """Per (shape, backend, pool, control): its final attempts over every run in the store, oldest first."""
+    found: dict[Key, list[tuple[Record, Path]]] = {}
     for run_id in sorted(store.run_ids()):
         for path in sorted(store.record_paths(run_id)):
             rec = load_record(path)
             shape = shape_of(rec.experiment)
             if shape is None or not rec.is_final() or rec.backend is None:
                 continue
-            key = (shape, rec.backend, pool_of(rec), "control" in rec.experiment)
-            found[key] = (rec, path.parent)  # runs and attempts in time order: the newest wins
+            found.setdefault((shape, rec.backend, pool_of(rec), "control" in rec.experiment), []).append(
+                (rec, path.parent))
     return found
 
 
@@ -105,11 +110,21 @@ def read_answers(folder: Path) -> AnswerSet | None:
 
 def build_rows(store: ResultsStore) -> list[Row]:
     rows = []
-    for (shape, backend, pool, control), (rec, folder) in newest_final(store).items():
-        row = Row(shape, backend, pool, control, rec, folder)
+    for (shape, backend, pool, control), found in final_attempts(store).items():
+        # Each column from the newest attempt that measured it (an attempt stopped by its budget keeps the
+        # cases it finished); the answers from the newest that has them.
+        with_answers = [f for r, f in found if (f / "answers.json").is_file()]
+        newest, newest_folder = found[-1]
+        row = Row(shape, backend, pool, control, newest, with_answers[-1] if with_answers else newest_folder)
         for title, case, key in COLUMNS:
-            samples = (rec.metrics.get(case) or {}).get("samples") or {}
-            row.cells[title] = Cell([float(v) for v in samples.get(key, []) if v is not None])
+            row.cells[title] = Cell([])
+            for rec, _ in reversed(found):
+                samples = (rec.metrics.get(case) or {}).get("samples") or {}
+                values = [float(v) for v in samples.get(key, []) if v is not None]
+                if values:
+                    row.cells[title] = Cell(values)
+                    row.sources[title] = f"{rec.run_id}/{rec.experiment}/{rec.attempt} ({rec.status.value})"
+                    break
         rows.append(row)
     order = {b: i for i, b in enumerate(BACKENDS)}
     rows.sort(key=lambda r: (list(SHAPES).index(r.shape), r.control, order.get(r.backend, 99), -(r.pool or 0)))
@@ -185,7 +200,9 @@ def render(rows: list[Row]) -> str:
         lines += [f"## {title}", "", "| backend | pool | status | " + " | ".join(c[0] for c in COLUMNS)
                   + " | answers |", "| --- | ---: | --- | " + " | ".join("---:" for _ in COLUMNS) + " | --- |"]
         for r in mine:
-            lines.append(f"| {r.label} | {r.pool} | {r.record.status.value} | "
+            statuses = sorted({src.rsplit("(", 1)[1].rstrip(")") for src in r.sources.values()}
+                              | {r.record.status.value})
+            lines.append(f"| {r.label} | {r.pool} | {', '.join(statuses)} | "
                          + " | ".join(r.cells[c[0]].text() for c in COLUMNS) + f" | {r.answers} |")
         lines += ["", "Targets (custom-fp8-mla):", ""] + [f"- {t}" for t in targets(mine)] + [""]
     return "\n".join(lines) + "\n"
@@ -194,7 +211,8 @@ def render(rows: list[Row]) -> str:
 def as_json(rows: list[Row]) -> list[dict[str, Any]]:
     return [{"shape": r.shape, "backend": r.backend, "pool": r.pool, "control": r.control,
              "experiment": r.record.experiment, "run_id": r.record.run_id, "attempt": r.record.attempt,
-             "status": r.record.status.value, "answers": r.answers,
+             "status": r.record.status.value, "answers": r.answers, "sources": r.sources,
+             "answers_from": str(r.folder.relative_to(r.folder.parents[2])),
              "ready_s": r.record.timings.get("ready_s"),
              "cells": {t: c.values for t, c in r.cells.items()}} for r in rows]
 

@@ -96,8 +96,12 @@ class Attempt:
             env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
         env["PYTHONUNBUFFERED"] = "1"
         # Bytecode goes to our work dir, not into __pycache__/ beside the sources: the target tree must
-        # stay byte-identical even where the repo does not ignore __pycache__.
+        # stay byte-identical even where the repo does not ignore __pycache__. And it is written there even
+        # where the host forbids bytecode (container images often set PYTHONDONTWRITEBYTECODE): otherwise the
+        # server and every benchmark client compile SGLang, torch's Python side and transformers from source
+        # again (~40 s a process, seen live on an H200 image) — the folder is ours.
         env["PYTHONPYCACHEPREFIX"] = os.path.join(self.workdir, "pycache")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         env[MARKER_ENV] = self.marker
         return env
 

@@ -589,3 +589,20 @@ def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_wha
     assert rec.recovered is not None and rec.recovered.journal["attempt_id"] == "victim-01"
     assert rec.revert is not None and rec.revert.verified is True and rec.revert.tree_after == rec.revert.tree_before
     assert rec.status == "aborted" and not (dead / "record.json").exists()
+
+
+def test_the_server_and_its_clients_keep_bytecode_even_where_the_host_forbids_it(tmp_path, monkeypatch):
+    """Live on an H200 image (PYTHONDONTWRITEBYTECODE=1) every benchmark client compiled SGLang from source
+    again, ~40 s each: the attempt's processes write bytecode, into the harness's own prefix only."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = Attempt(spec_for(repo, tmp_path, []), RecordingLink()).server_env()
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    module = tmp_path / "src" / "heavy_module.py"
+    module.parent.mkdir()
+    module.write_text("VALUE = 1\n")
+    subprocess.run([sys.executable, "-c", "import heavy_module"], cwd=module.parent, env=env, check=True)
+    cached = list(Path(env["PYTHONPYCACHEPREFIX"]).rglob("heavy_module*.pyc"))
+    assert len(cached) == 1, "no bytecode written under the prefix"
+    assert not (module.parent / "__pycache__").exists(), "bytecode beside the sources"
