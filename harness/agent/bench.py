@@ -11,12 +11,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any, Optional
 
 from ..common.protocol import BenchCase, BenchResult, BenchStarted, Final, Spec, Status
 from .errors import StageFailed
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link
 from .procs import STARTED, TICK_S, kill_group
+from .oneprocess import OneProcess, one_process_form
 from .server import Server
 
 
@@ -36,27 +38,43 @@ class Load:
         """Every case, `repeats` times; returns the seconds it took."""
         t0 = time.monotonic()
         for case in self.spec.bench:
-            out = os.path.join(self.attempt_dir, "bench-%s.jsonl" % case.name)
-            self.bench_files[case.name] = out
-            self.facts.bench.files = self.bench_files  # fetched back even when the case fails
-            for rep in range(int(case.repeats)):
-                self._run_case(case, rep, out)
+            self.bench_files[case.name] = self.output_of(case)
+        self.facts.bench.files = self.bench_files  # fetched back even when a case fails
+        runs = [(case, rep) for case in self.spec.bench for rep in range(int(case.repeats))]
+        if self.spec.bench_one_process and runs and one_process_form(self.spec.bench):
+            OneProcess(self, runs).run()
+        else:
+            for case, rep in runs:
+                self._run_case(case, rep, self.output_of(case))
         return round(time.monotonic() - t0, 4)
+
+    def output_of(self, case: BenchCase) -> str:
+        return os.path.join(self.attempt_dir, "bench-%s.jsonl" % case.name)
+
+    def log_of(self, case: BenchCase) -> str:
+        return os.path.join(self.attempt_dir, "bench-%s.log" % case.name)
+
+    def result_of(self, case: BenchCase, rep: int, returncode: int, new: Optional[dict[str, Any]]) -> None:
+        """A run's end, whichever way it ran: its result sent on, or the case's failure raised."""
+        tail = read_tail(self.log_of(case), 3000)
+        if returncode != 0:
+            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s exited %s:\n%s" % (case.name, returncode, tail))
+        if new is None:
+            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s wrote no result line to its --output-file:\n%s"
+                              % (case.name, tail))
+        self.link.send(BenchResult(case=case.name, repeat=rep, result=new))
+
+    def too_long(self, name: str) -> StageFailed:
+        return StageFailed(Status.BENCH_FAILED, "benchmark case %s did not finish within %ss"
+                           % (name, self.spec.timeouts.bench))
 
     def _run_case(self, case: BenchCase, rep: int, out: str) -> None:
         argv = fill_slots(case.argv, self.spec.server.port) + ["--output-file", out]
-        logp = os.path.join(self.attempt_dir, "bench-%s.log" % case.name)
         self.link.send(BenchStarted(case=case.name, repeat=rep))
         lines_before = len(read_jsonl(out))
-        returncode = self.run_client(case.name, argv, logp)
-        tail = read_tail(logp, 3000)
-        if returncode != 0:
-            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s exited %s:\n%s" % (case.name, returncode, tail))
+        returncode = self.run_client(case.name, argv, self.log_of(case))
         new = read_jsonl(out)[lines_before:]
-        if not new:
-            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s wrote no result line to its --output-file:\n%s"
-                              % (case.name, tail))
-        self.link.send(BenchResult(case=case.name, repeat=rep, result=new[-1]))
+        self.result_of(case, rep, returncode, new[-1] if new else None)
 
     def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen[bytes]:
         """A benchmark client in its own session (so it can be ended as a group), output into `log_path`."""
@@ -75,8 +93,7 @@ class Load:
                 self.check_abort()
                 self.server.watch("serving")
                 if time.monotonic() > deadline:
-                    raise StageFailed(Status.BENCH_FAILED, "benchmark case %s did not finish within %ss"
-                                      % (name, self.spec.timeouts.bench))
+                    raise self.too_long(name)
                 self.link.wake.wait(TICK_S)
                 self.link.wake.clear()
         finally:

@@ -170,6 +170,9 @@ class Spec(Message):
     expect: str = "ok"
     profile: Optional[ProfileSpec] = None
     answers: Optional[AnswersSpec] = None
+    # Run every bench case's client in one process of the target's Python (agent/bench_driver.py) instead
+    # of a process per run: the client's imports are paid once.
+    bench_one_process: bool = True
     requirements: Requirements = field(default_factory=Requirements)
 
     @classmethod

@@ -280,6 +280,9 @@ class Experiment(Strict):
     allow_dirty: tuple[str, ...] = ()
     profile: ProfileSettings | None = None
     answers: AnswersSettings | None = None
+    bench_clients: Literal["one-process", "per-run"] = Field(
+        "one-process", description="how the bench cases' clients run: all in one process of the host's Python "
+        "(their imports paid once), or a process per run (each case and repeat)")
 
     @model_validator(mode="after")
     def _profile_case(self) -> Experiment:

@@ -59,14 +59,17 @@ def host_signature(hosts: dict[str, HostConfig]) -> str:
 
 
 def _key_fields(exp: Experiment) -> dict[str, Any]:
-    """The experiment as its key sees it. A bench case's `repeats` (and `answers`) came after keys were first
-    made: left out while unset, so a sweep begun with an older harness still resumes with its old keys."""
+    """The experiment as its key sees it. A bench case's `repeats` (and `answers`, `bench_clients`) came after
+    keys were first made: left out while unset (default), so a sweep begun with an older harness still resumes
+    with its old keys."""
     data = exp.model_dump(mode="json")
     for case in data["bench"]:
         if case.get("repeats") is None:
             case.pop("repeats", None)
     if data.get("answers") is None:  # likewise the answer check
         data.pop("answers", None)
+    if data.get("bench_clients") == "one-process":  # and how the clients run, when it is the default
+        data.pop("bench_clients", None)
     return data
 
 

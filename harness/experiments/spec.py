@@ -73,6 +73,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         expect=exp.expect,
         profile=ProfileSpec(**profile) if profile else None,
         answers=answers_spec(exp.answers) if exp.answers else None,
+        bench_one_process=exp.bench_clients == "one-process",
         requirements=Requirements(
             backend=r.backend_name,
             attention_backend=r.backend.attention_backend if r.backend else exp.server.attention_backend,
