@@ -215,8 +215,12 @@ class Attempt:
     def take_lock(self) -> None:
         harness_dir = self.tree.open()
         self.lock = RepoLock(harness_dir)
+        # A watchdog still cleaning up after a killed agent (stop its server, revert) holds the lock for a
+        # bounded time: wait for it — seen as a retried Slurm job that found the repo locked and failed.
+        t = self.spec.timeouts
+        cleanup = float(t.stop_grace) + float(t.gpu_release) + 30.0
         self.lock.acquire(self.repo, LockHolder(run_id=self.spec.run_id, attempt_id=self.spec.attempt_id),
-                          float(self.spec.lock_wait_s or 0), self._wait_tick)
+                          float(self.spec.lock_wait_s or 0), self._wait_tick, cleanup_wait_s=cleanup)
 
     def _wait_tick(self) -> None:
         self.check_abort()

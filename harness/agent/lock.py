@@ -14,16 +14,24 @@ from .errors import FailureFacts, StageFailed
 from .hostio import read_json, write_json_atomic
 
 
+# The holder name of a watchdog cleaning up after its dead agent (watchdog.py): its work is bounded (stop the
+# server, revert), so an attempt that finds it holding the lock waits for it rather than calling the host busy.
+WATCHDOG = "watchdog"
+
+
 class RepoLock:
     def __init__(self, harness_dir: str) -> None:
         self.path = os.path.join(harness_dir, "lock")
         self.holder_path = self.path + ".json"
         self._fd: Optional[int] = None
 
-    def acquire(self, repo: str, holder: LockHolder, wait_s: float, tick: Callable[[], None]) -> None:
-        """Take the lock, waiting up to `wait_s` (calling `tick` between tries); else say who holds it."""
+    def acquire(self, repo: str, holder: LockHolder, wait_s: float, tick: Callable[[], None],
+                cleanup_wait_s: float = 0.0) -> None:
+        """Take the lock, waiting up to `wait_s` — or `cleanup_wait_s` while a watchdog holds it — (calling
+        `tick` between tries); else say who holds it."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + wait_s
+        start = time.monotonic()
+        deadline = start + wait_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -32,6 +40,8 @@ class RepoLock:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     os.close(fd)
                     raise
+            if time.monotonic() >= deadline and self.holder().attempt_id == WATCHDOG:
+                deadline = max(deadline, start + cleanup_wait_s)  # a cleanup in progress: bounded, wait for it
             if time.monotonic() >= deadline:
                 os.close(fd)
                 other = self.holder()

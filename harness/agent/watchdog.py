@@ -21,7 +21,7 @@ from typing import Any
 
 from ..common.protocol import Journal, LockHolder, RecoveryReport
 from .hostio import write_json_atomic
-from .lock import RepoLock
+from .lock import WATCHDOG, RepoLock
 from .procs import STARTED, proc_stat
 from .status import stop_recorded_server
 from .tree import UNVERIFIED, Tree
@@ -65,7 +65,7 @@ def watch(encoded: str) -> int:
     if journal is None or not is_dead_agents(journal, args["agent_pid"]):
         return 0  # the agent finished its own work (or another agent's journal: not ours to touch)
     lock = RepoLock(harness_dir)
-    lock.acquire(args["repo"], LockHolder(run_id=journal.run_id, attempt_id="watchdog"), 30.0,
+    lock.acquire(args["repo"], LockHolder(run_id=journal.run_id, attempt_id=WATCHDOG), 30.0,
                  lambda: time.sleep(POLL_S))
     try:
         journal = tree.leftover_journal()  # unchanged unless someone recovered while we waited

@@ -606,3 +606,41 @@ def test_the_server_and_its_clients_keep_bytecode_even_where_the_host_forbids_it
     cached = list(Path(env["PYTHONPYCACHEPREFIX"]).rglob("heavy_module*.pyc"))
     assert len(cached) == 1, "no bytecode written under the prefix"
     assert not (module.parent / "__pycache__").exists(), "bytecode beside the sources"
+
+
+def _held_lock(tmp_path, attempt_id: str):
+    from harness.agent.lock import RepoLock
+    from harness.common.protocol import LockHolder
+
+    holder = RepoLock(str(tmp_path))
+    holder.acquire("/repo", LockHolder(run_id="r0", attempt_id=attempt_id), 0.0, lambda: None)
+    return holder, RepoLock(str(tmp_path))
+
+
+def test_an_attempt_waits_for_a_watchdogs_cleanup_instead_of_calling_the_repo_busy(tmp_path):
+    """Seen in the Slurm retry of a killed agent: the retried job found the repo locked by the dead agent's
+    watchdog (stopping its server, reverting) and failed; a cleanup is bounded, so the attempt waits for it."""
+    from harness.agent.lock import WATCHDOG
+    from harness.common.protocol import LockHolder
+
+    watchdog, mine = _held_lock(tmp_path, WATCHDOG)
+    ticks: list[int] = []
+
+    def tick() -> None:  # the watchdog finishes while we wait
+        ticks.append(1)
+        watchdog.release()
+
+    mine.acquire("/repo", LockHolder(run_id="r1", attempt_id="a1"), 0.0, tick, cleanup_wait_s=60.0)
+    assert ticks == [1] and mine.holder().attempt_id == "a1"
+    mine.release()
+
+
+def test_another_attempt_holding_the_lock_is_still_refused_at_once(tmp_path):
+    from harness.agent.errors import StageFailed
+    from harness.common.protocol import LockHolder
+
+    other, mine = _held_lock(tmp_path, "someone-else")
+    with pytest.raises(StageFailed, match="locked by run r0 attempt someone-else"):
+        mine.acquire("/repo", LockHolder(run_id="r1", attempt_id="a1"), 0.0,
+                     lambda: pytest.fail("waited for a holder that is no cleanup"), cleanup_wait_s=60.0)
+    other.release()
