@@ -198,3 +198,22 @@ def test_a_case_with_its_own_repeats_is_another_experiment(tmp_path):
     once = plan_sweep_file(_bench_sweep(tmp_path, {"name": "greedy", "num_prompts": 4, "repeats": 1}), PATCHES,
                       {"a": HOSTS["a"]})
     assert unset.attempts[0].key != once.attempts[0].key
+
+
+def _top_level_sweep(tmp_path, **extra) -> Path:
+    write(tmp_path, "base.yaml", {"name": "base", "backend": "flashinfer-mla", "model": {"path": "/m"},
+                                  "bench": [{"name": "bs1", "max_concurrency": 1}], **extra})
+    return write(tmp_path, "s.yaml", {"name": "s", "base": "base.yaml"})
+
+
+def _key(f: Path) -> str:
+    return plan_sweep_file(f, PATCHES, {"a": HOSTS["a"]}).attempts[0].key
+
+
+def test_an_answer_check_or_a_client_mode_makes_another_experiment_and_the_defaults_do_not(tmp_path):
+    plain = _key(_top_level_sweep(tmp_path))
+    assert _key(_top_level_sweep(tmp_path, bench_clients="one-process")) == plain  # the default: the old key
+    assert _key(_top_level_sweep(tmp_path, bench_clients="per-run")) != plain
+    answers = _key(_top_level_sweep(tmp_path, answers={"prompts": 4}))
+    assert answers != plain
+    assert _key(_top_level_sweep(tmp_path, answers={"prompts": 8})) != answers
