@@ -1,6 +1,6 @@
 """One attempt as a sequence of stages — and nothing else: each stage's work lives in its own module.
 
-    lock → preflight (recover a leftover journal first) → patch → launch → wait → bench → [answers] → [profile]
+    lock → preflight (recover a leftover journal first) → patch → launch → wait → [answers] → bench → [profile]
          → stop → revert/verify                                  (cleanup runs on every path)
 """
 
@@ -152,11 +152,14 @@ class Attempt:
             self.link.send(Ready(ready_s=round(time.monotonic() - self.server.t_launch, 3)))
             load = Load(self.spec, self.link, self.server, self.attempt_dir, self.server_env(), self.check_abort,
                         self.result)
-            self.stage("bench")
-            self.timings["bench_s"] = load.bench()
             if self.spec.answers:
+                # Before the benchmark: a short check whose answers must exist even when the attempt's budget
+                # ends during a long bench (the reference of a slow stock backend, seen live), and whose
+                # traffic warms the server before the first measured case instead of after the last.
                 self.stage("answers")
                 self.timings["answers_s"] = check_answers(load)
+            self.stage("bench")
+            self.timings["bench_s"] = load.bench()
             if self.spec.profile:
                 self.stage("profile")
                 Capture(load).run()  # never fails the attempt: a profile that did not come is `profile_error`
