@@ -58,7 +58,7 @@ case "${1:-}" in
     nvidia-smi --query-gpu=index,name,memory.used --format=csv
     PYTHONPATH="$ROOT/sglang-gpu0/python:$SITE" python3 -c \
       "import sglang, flashinfer, sgl_kernel; from sglang.srt.server_args import ServerArgs; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
-    python3 -m harness validate experiments/real-h200/*.yaml --against "$ROOT/sglang-gpu0" ;;
+    python3 -m harness validate experiments/real-h200/*.yaml experiments/real-h200/real-size/*.yaml --against "$ROOT/sglang-gpu0" ;;
   sweep)
     sweep_file=${3:-experiments/real-h200/all-backends.yaml}
     hosts=$(python3 -c "import json; print(','.join(json.load(open('$ROOT/target.json'))['sweep_hosts']))")
