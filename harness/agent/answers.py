@@ -1,6 +1,7 @@
-"""The answer check: one batched greedy POST /generate of fixed prompts, with their top logprobs, after the
-bench cases; what came back goes to answers.json in the attempt's folder (judged later, by `harness compare`,
-against the baseline's: harness/results/answers.py).
+"""The answer check: a batched greedy POST /generate of fixed prompts, with their top logprobs, before the bench
+cases — twice with `prefix_hit`, the second time each prefill a prefix-cache hit (the paged prefill path);
+what came back goes to answers.json in the attempt's folder (judged later, by `harness compare`, against the
+baseline's: harness/results/answers.py).
 
 The request runs in a thread while the server is still watched, as the benchmark clients are: a server that
 dies meanwhile is reported as the crash it is. Any other failure (an HTTP error, a reply not in SGLang's
@@ -100,9 +101,30 @@ class _Ask:
 
 
 def check_answers(load: Load) -> float:
-    """Ask, write answers.json (its path in `facts.bench.answers_file`); the seconds it took."""
+    """Ask (`passes` times: from the second on, each prefill is a prefix-cache hit), write answers.json (its path
+    in `facts.bench.answers_file`; a later pass's prompts follow the first's, each with its `pass`); the seconds
+    it took."""
     a = load.spec.answers
     assert a is not None
+    t0 = time.monotonic()
+    prompts: List[dict[str, Any]] = []
+    for number in range(1, max(1, int(a.passes)) + 1):
+        for answer in _ask_once(load, a):
+            if number > 1:
+                answer["pass"] = number
+            prompts.append(answer)
+    path = os.path.join(load.attempt_dir, ANSWERS_FILE)
+    doc = {"version": FILE_VERSION, "settings": a.settings, "request": request_body_settings(a), "prompts": prompts}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    os.replace(tmp, path)
+    load.facts.bench.answers_file = path
+    return round(time.monotonic() - t0, 4)
+
+
+def _ask_once(load: Load, a: AnswersSpec) -> List[dict[str, Any]]:
+    """One batched request, watched; its answers parsed (any failure: the stage's, in its words)."""
     t0 = time.monotonic()
     timeout = float(load.spec.timeouts.bench)
     ask = _Ask(load, request_body(a), timeout)
@@ -123,18 +145,10 @@ def check_answers(load: Load) -> float:
         raise StageFailed(Status.BENCH_FAILED, "answer check: POST /generate answered HTTP %s: %s"
                           % (code, text.strip()[:2000]))
     try:
-        prompts = parse_reply(a, json.loads(text))
+        return parse_reply(a, json.loads(text))
     except (ValueError, BadReply) as exc:
         raise StageFailed(Status.BENCH_FAILED, "answer check: the reply of POST /generate is not SGLang's shape: %s; "
                           "it began: %s" % (exc, text.strip()[:500])) from None
-    path = os.path.join(load.attempt_dir, ANSWERS_FILE)
-    doc = {"version": FILE_VERSION, "settings": a.settings, "request": request_body_settings(a), "prompts": prompts}
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    os.replace(tmp, path)
-    load.facts.bench.answers_file = path
-    return round(time.monotonic() - t0, 4)
 
 
 def request_body_settings(a: AnswersSpec) -> dict[str, Any]:

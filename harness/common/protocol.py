@@ -89,13 +89,14 @@ class ProfileSpec(Message):
 
 @dataclass
 class AnswersSpec(Message):
-    """The answer check: one batched greedy POST /generate of these prompts after the bench cases, its
-    output ids and top logprobs written to answers.json (`settings` is copied there: what the request was)."""
+    """The answer check: a batched greedy POST /generate of these prompts before the bench cases (`passes` times),
+    its output ids and top logprobs written to answers.json (`settings` is copied there: what the request was)."""
 
     input_ids: list[list[int]]
     output_len: int
     top_logprobs: int
     settings: dict[str, Any] = field(default_factory=dict)  # the YAML's `answers:` block, as given
+    passes: int = 1  # 2: the same request again, each prefill then a prefix-cache hit (the paged prefill path)
 
 
 @dataclass

@@ -239,8 +239,9 @@ class ProfileSettings(Strict):
 
 
 class AnswersSettings(Strict):
-    """The answer check: fixed prompts (token ids drawn with `seed`, no tokenizer needed) sent once, greedy, with
-    their top logprobs, after the bench cases; `harness compare` judges them against the baseline's
+    """The answer check: fixed prompts (token ids drawn with `seed`, no tokenizer needed) sent greedy, with their
+    top logprobs, before the bench cases (twice with `prefix_hit`); `harness compare` judges them against the
+    baseline's
     (docs/reading-the-table.md, "The answers column")."""
 
     prompts: int = Field(16, ge=1, le=1024, description="how many prompts (one batched request)")
@@ -248,6 +249,8 @@ class AnswersSettings(Strict):
     output_len: int = Field(32, ge=1, description="tokens generated per prompt (greedy, ignore_eos)")
     seed: int = Field(7, ge=0, description="draws the prompts' token ids: same seed, same prompts")
     top_logprobs: int = Field(5, ge=1, le=100, description="top-K logprobs kept per output position")
+    prefix_hit: bool = Field(True, description="send the prompts a second time: each prefill is then a prefix-cache "
+                             "hit (a paged prefill over the cached rows), so that path is checked as well as decode")
     vocab: int = Field(32000, ge=101, description="token ids are drawn from [100, vocab)")
     max_dlogprob: float = Field(0.25, ge=0, description="largest |Δ logprob| of the chosen token (before a "
                                 "divergence) that still passes")

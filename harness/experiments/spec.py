@@ -102,4 +102,4 @@ def answer_prompts(a: AnswersSettings) -> list[list[int]]:
 
 def answers_spec(a: AnswersSettings) -> AnswersSpec:
     return AnswersSpec(input_ids=answer_prompts(a), output_len=a.output_len, top_logprobs=a.top_logprobs,
-                       settings=a.model_dump(mode="json"))
+                       settings=a.model_dump(mode="json"), passes=2 if a.prefix_hit else 1)

@@ -25,7 +25,7 @@ from .schemas import Record
 
 # The request settings that make two answer sets comparable (the thresholds may differ: they judge, they ask
 # nothing). Defaults as the experiment YAML's (experiments/config.py AnswersSettings).
-SAME_SETTINGS = ("prompts", "input_len", "output_len", "seed", "top_logprobs", "vocab")
+SAME_SETTINGS = ("prompts", "input_len", "output_len", "seed", "top_logprobs", "vocab", "prefix_hit")
 DEFAULT_MAX_DLOGPROB = 0.25
 DEFAULT_TIE_MARGIN = 0.1
 

@@ -65,9 +65,12 @@ def test_compare_passes_stock_and_a_correct_patch_and_fails_a_wrong_kv_scale(tmp
     assert {name: r.status for name, r in records.items()} == {"stock": "ok", "gather": "ok", "drift": "ok"}, \
         {name: r.error for name, r in records.items()}
     for name, rec in records.items():  # the record keeps its own answer facts, and answers.json is beside it
-        assert rec.answers is not None and rec.answers.prompts == 4 and rec.answers.positions == 48
+        # 4 prompts, sent twice (prefix_hit, the default): the second time each prefill is a prefix-cache hit
+        assert rec.answers is not None and rec.answers.prompts == 8 and rec.answers.positions == 96
         doc = json.loads((store.run_path(run_id) / name / rec.attempt / "answers.json").read_text())
-        assert [len(p["output_ids"]) for p in doc["prompts"]] == [12] * 4 and doc["settings"]["seed"] == 7
+        assert [len(p["output_ids"]) for p in doc["prompts"]] == [12] * 8 and doc["settings"]["seed"] == 7
+        assert [p.get("pass", 1) for p in doc["prompts"]] == [1] * 4 + [2] * 4
+        assert [p["input_ids"] for p in doc["prompts"][:4]] == [p["input_ids"] for p in doc["prompts"][4:]]
         stages = list(rec.timings)  # in the order the stages ran
         assert stages.index("answers_s") < stages.index("bench_s"), stages  # the check first: see attempt.py
     assert "verdict" not in json.dumps(records["drift"].model_dump(mode="json")["answers"])

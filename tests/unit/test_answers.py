@@ -262,6 +262,22 @@ def test_the_stage_writes_answers_json_and_fails_clearly_on_an_http_error(tmp_pa
     assert err.status == Status.BENCH_FAILED and "HTTP 400" in err.message and "maximum context" in err.message
 
 
+def test_with_prefix_hit_the_same_request_goes_twice_and_the_second_pass_is_marked(tmp_path, loopback):
+    """The second time each prompt is a prefix-cache hit on a real server: its prefill takes the paged path (the
+    one a prefill gather changes), so that path's answers are judged too."""
+    import dataclasses
+
+    load = fake_load(tmp_path, loopback.server_port)
+    load.spec.answers = dataclasses.replace(SPEC, passes=2)
+    _Handler.reply, _Handler.seen = (200, json.dumps([reply_item([7, 8]), reply_item([9, 9])])), []
+    check_answers(load)
+    assert _Handler.seen == [request_body(SPEC)] * 2
+    doc = json.loads((tmp_path / "answers.json").read_text())
+    assert [(p.get("pass", 1), p["output_ids"]) for p in doc["prompts"]] == [
+        (1, [7, 8]), (1, [9, 9]), (2, [7, 8]), (2, [9, 9])]
+    assert answers_spec(AnswersSettings()).passes == 2 and answers_spec(AnswersSettings(prefix_hit=False)).passes == 1
+
+
 def test_a_server_that_dies_during_the_request_is_a_crash(tmp_path):
     """The server is watched while the request waits: its crash, not the request, is the stage's failure."""
     import socket
