@@ -485,7 +485,9 @@ def test_a_sweep_with_a_hung_host_and_one_dying_midway_ends_and_a_resume_on_othe
                                    repo="/nonexistent/repo", gpus=8, retry_after=0.1)
         inventory = write_inventory(tmp_path, hosts)
         small_base(tmp_path)
-        f = sweep_file(tmp_path, name="s", base="base.yaml", rounds=3, budget={"sweep": 600},
+        # 5 rounds (10 attempts sm90 can run): work must be left when `dying` ends its first attempt, or `good`
+        # may take it all and `dying` is never tried again (seen under load once attempts got faster).
+        f = sweep_file(tmp_path, name="s", base="base.yaml", rounds=5, budget={"sweep": 600},
                        matrix={"backend": ["flashinfer-mla", "triton", "trtllm_mla"]})
         results = tmp_path / "results"
         proc = subprocess.Popen(HARNESS + ["sweep", str(f), "--hosts-file", str(inventory), "--results-dir",
