@@ -24,6 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.real_h200 import pool_of  # noqa: E402  (the pool size a record's server was started with)
 from harness.results.answers import AnswerSet, compare_answers, parse_answers, verdict_text  # noqa: E402
 from harness.results.schemas import Record  # noqa: E402
 from harness.results.store import ResultsStore, load_record  # noqa: E402
@@ -75,11 +76,6 @@ class Row:
     @property
     def label(self) -> str:
         return "control: wrong KV scale (stock + 5 %)" if self.control else self.backend
-
-
-def pool_of(rec: Record) -> float | None:
-    argv = [a for a in (rec.server.argv if rec.server else []) if isinstance(a, str)]
-    return float(argv[argv.index("--mem-fraction-static") + 1]) if "--mem-fraction-static" in argv else None
 
 
 def shape_of(experiment: str) -> str | None:

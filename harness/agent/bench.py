@@ -17,8 +17,8 @@ from ..common.protocol import BenchCase, BenchResult, BenchStarted, Final, Spec,
 from .errors import StageFailed
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link
-from .procs import STARTED, TICK_S, kill_group
 from .oneprocess import OneProcess, one_process_form
+from .procs import STARTED, TICK_S, kill_group
 from .server import Server
 
 
@@ -56,12 +56,12 @@ class Load:
 
     def result_of(self, case: BenchCase, rep: int, returncode: int, new: Optional[dict[str, Any]]) -> None:
         """A run's end, whichever way it ran: its result sent on, or the case's failure raised."""
-        tail = read_tail(self.log_of(case), 3000)
         if returncode != 0:
-            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s exited %s:\n%s" % (case.name, returncode, tail))
+            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s exited %s:\n%s"
+                              % (case.name, returncode, read_tail(self.log_of(case), 3000)))
         if new is None:
             raise StageFailed(Status.BENCH_FAILED, "benchmark case %s wrote no result line to its --output-file:\n%s"
-                              % (case.name, tail))
+                              % (case.name, read_tail(self.log_of(case), 3000)))
         self.link.send(BenchResult(case=case.name, repeat=rep, result=new))
 
     def too_long(self, name: str) -> StageFailed:

@@ -29,7 +29,8 @@ from typing import Any
 
 
 def result_lines(path: str) -> list[Any]:
-    """The JSON lines of a client's --output-file (a missing file has none; unreadable lines are skipped)."""
+    """The JSON lines of a client's --output-file (a missing file has none; unreadable lines are skipped): the
+    agent's hostio.read_jsonl, restated because this file runs alone under the target's Python."""
     rows = []
     try:
         with open(path) as f:

@@ -13,7 +13,6 @@ from ..common.protocol import LockHolder, LockState, Status
 from .errors import FailureFacts, StageFailed
 from .hostio import read_json, write_json_atomic
 
-
 # The holder name of a watchdog cleaning up after its dead agent (watchdog.py): its work is bounded (stop the
 # server, revert), so an attempt that finds it holding the lock waits for it rather than calling the host busy.
 WATCHDOG = "watchdog"

@@ -25,8 +25,9 @@ except the optional graph-mode probes, so it loads under any SGLang version that
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
