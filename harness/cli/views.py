@@ -166,8 +166,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         body = ["case", compare.value_header("", metric).strip(), "vs base"]
     else:
         body = [h for c in cases for h in (compare.value_header(c, metric), f"{c} vs base")]
-    ans = any(r.answers for r in rows)
-    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else [])
+    ans, stacks = any(r.answers for r in rows), compare.mixed_stacks(rows)
+    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else []) + (["stack"] if stacks else [])
     empty = compare.Cell(None, None, 0, [])
     lines: Lines = []
     for r in rows:
@@ -175,7 +175,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
         # Cells are printed as Text, as they are: the GPU and the top op are the host's words, shown escaped.
         start = [display_line(label), r.backend or "-"] + ([display_line(r.gpu or "-")] if mixed else []) + [status]
-        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else [])
+        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else []) \
+            + ([r.stack_id or "-"] if stacks else [])
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
             pairs = [(compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)) for _, cell in cells]
@@ -240,7 +241,8 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
             facts = [line[at["experiment"]], line[at["backend"]]] + ([line[at["GPU"]]] if "GPU" in at else [])
             out.append("  ".join(facts) + ": " + line[at["status"]]
                        + (f"  (answers: {line[at['answers']]})" if "answers" in at and line[at["answers"]] else "")
-                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else ""))
+                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else "")
+                       + (f"  (stack {line[at['stack']]})" if "stack" in at else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
             out.append(f"    {case.ljust(pad)}  {val}  {ratio}")
