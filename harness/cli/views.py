@@ -18,6 +18,7 @@ from ..experiments.plan import Plan
 from ..results import answers, compare, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
+from ..results.stack import legend as stack_legend
 from ..results.store import ResultsStore
 from ..run.runner import AttemptOutcome
 from ..safetext import display_line, display_lines
@@ -270,6 +271,8 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
         text = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         if text:
             out.print(Text(display_line(f"[{notes[r.label]}] {r.label}: " + "; ".join(text))), soft_wrap=False)
+    for line in stack_legend([(r.stack_id, r.stack) for r in rows if r.stack_id and r.stack]):
+        out.print(Text(display_line(line)), soft_wrap=False)
     base = [r.label for r in rows if r.is_baseline]
     if base:
         why = f" (the first row that measured {metric}; choose another with --baseline)" if chosen else ""

@@ -165,7 +165,8 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
 
 def _provenance(rec: Record) -> dict[str, str | None]:
     p = rec.provenance
-    return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host}
+    return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host,
+            "stack": stack_id(fingerprint(rec))}  # a baseline on the same stack is preferred
 
 
 def _cell(samples: list[float]) -> Cell:

@@ -207,13 +207,19 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
         if ra.status != rb.status or ra.expected != rb.expected:
             moved.append({"experiment": name(e, g), "case": "status", "a": compare.status_text(ra),
                           "b": compare.status_text(rb), "change": "status changed", "cls": "v-na"})
+        other_stack = stack.differences(rb.stack, ra.stack)[0]  # what makes B's numbers not comparable to A's
+        if other_stack:
+            moved.append({"experiment": name(e, g), "case": "stack", "a": ra.stack_id, "b": rb.stack_id,
+                          "change": "not comparable: " + ", ".join(other_stack), "cls": "v-na"})
         for case in sorted(set(ra.cells) & set(rb.cells)):
             ca, cb = ra.cells[case], rb.cells[case]
             if not ca.median or cb.median is None:
                 continue
             ratio = cb.median / ca.median
             cell = compare.Cell(cb.median, cb.cv, cb.n, cb.samples, ratio=ratio)
-            if min(ca.n, cb.n) < compare.MIN_SAMPLES:
+            if other_stack:
+                cell.verdict = "n/a"
+            elif min(ca.n, cb.n) < compare.MIN_SAMPLES:
                 cell.verdict = "few"
             else:
                 cell.p_value = significance.mann_whitney_p(cb.samples, ca.samples)

@@ -88,3 +88,16 @@ def mixed(records: list[Record]) -> list[str]:
     """The stack ids of records pooled in one row, when there are several (a sweep over unlike hosts)."""
     ids = {i for i in (stack_id(fingerprint(r)) for r in records) if i}
     return sorted(ids) if len(ids) > 1 else []
+
+
+def legend(stacks: list[tuple[str, Fingerprint]]) -> list[str]:
+    """One line per stack after the first (rows' order): how it differs from the first, what matters first."""
+    seen = dict(stacks)
+    if len(seen) < 2:
+        return []
+    (first, base), *others = seen.items()
+    out = []
+    for sid, fp in others:
+        matters, notes = differences(fp, base)
+        out.append(f"stack {sid} differs from {first} in " + (", ".join(matters + notes) or "facts the other lacks"))
+    return out
