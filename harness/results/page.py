@@ -209,7 +209,7 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
                           "b": compare.status_text(rb), "change": "status changed", "cls": "v-na"})
         other_stack = stack.differences(rb.stack, ra.stack)[0]  # what makes B's numbers not comparable to A's
         if other_stack:
-            moved.append({"experiment": name(e, g), "case": "stack", "a": ra.stack_id, "b": rb.stack_id,
+            moved.append({"experiment": name(e, g), "case": "stack", "a": ra.stack_id or "-", "b": rb.stack_id or "-",
                           "change": "not comparable: " + ", ".join(other_stack), "cls": "v-na"})
         for case in sorted(set(ra.cells) & set(rb.cells)):
             ca, cb = ra.cells[case], rb.cells[case]

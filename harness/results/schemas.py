@@ -112,8 +112,8 @@ class AnswersStats(_Strict):
     error: DisplayText | None = None  # answers.json came but cannot be read
 
 
-class GpuClocks(_Strict):
-    """One GPU's clocks (MHz) and power limit (W), as nvidia-smi showed them at preflight (protocol.GpuClocks)."""
+class ClocksInfo(_Strict):
+    """One GPU's clocks (MHz) and power limit (W) as nvidia-smi showed them at preflight (protocol.GpuClocks)."""
 
     index: DisplayLine | None = None
     sm_mhz: int | None = None  # current: an idle GPU's, kept but never compared
@@ -129,7 +129,7 @@ class GpuClocks(_Strict):
     persistence_mode: bool | None = None
 
 
-class Stack(_Strict):
+class StackInfo(_Strict):
     """The environment fingerprint (protocol.StackFacts): what the server ran on beside SGLang's source. A
     fact the agent could not read is null; records from before it have no `stack` at all."""
 
@@ -143,7 +143,7 @@ class Stack(_Strict):
     packages_sha256: DisplayLine | None = None  # of their sorted "name==version" lines
     driver: DisplayLine | None = None
     cuda_driver: DisplayLine | None = None
-    gpus: list[GpuClocks] | None = None
+    gpus: list[ClocksInfo] | None = None
 
 
 class Provenance(_Strict):
@@ -157,7 +157,7 @@ class Provenance(_Strict):
     arch: str | None = None
     agent_python: str | None = None
     hostname: str | None = None
-    stack: Stack | None = None  # torch, CUDA, driver, clocks, … (results/stack.py compares them)
+    stack: StackInfo | None = None  # torch, CUDA, driver, clocks, … (results/stack.py compares them)
 
 
 class SweepAttempt(_Strict):

@@ -185,9 +185,9 @@ def test_the_fingerprint_crosses_the_link_and_the_record_keeps_every_field():
     final.preflight.stack = facts
     assert decode(json.loads(json.dumps(encode(final)))) == final
     wire = {f.name for f in dataclasses.fields(StackFacts)}
-    assert wire == set(schemas.Stack.model_fields)
-    assert {f.name for f in dataclasses.fields(GpuClocks)} == set(schemas.GpuClocks.model_fields)
-    kept = schemas.Stack.model_validate(dataclasses.asdict(facts))
+    assert wire == set(schemas.StackInfo.model_fields)
+    assert {f.name for f in dataclasses.fields(GpuClocks)} == set(schemas.ClocksInfo.model_fields)
+    kept = schemas.StackInfo.model_validate(dataclasses.asdict(facts))
     assert kept.model_dump() == dataclasses.asdict(facts)
 
 
