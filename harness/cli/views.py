@@ -18,6 +18,7 @@ from ..experiments.plan import Plan
 from ..results import answers, compare, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
+from ..results.stack import legend as stack_legend
 from ..results.store import ResultsStore
 from ..run.runner import AttemptOutcome
 from ..safetext import display_line, display_lines
@@ -166,8 +167,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         body = ["case", compare.value_header("", metric).strip(), "vs base"]
     else:
         body = [h for c in cases for h in (compare.value_header(c, metric), f"{c} vs base")]
-    ans = any(r.answers for r in rows)
-    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else [])
+    ans, stacks = any(r.answers for r in rows), compare.mixed_stacks(rows)
+    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else []) + (["stack"] if stacks else [])
     empty = compare.Cell(None, None, 0, [])
     lines: Lines = []
     for r in rows:
@@ -175,7 +176,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
         # Cells are printed as Text, as they are: the GPU and the top op are the host's words, shown escaped.
         start = [display_line(label), r.backend or "-"] + ([display_line(r.gpu or "-")] if mixed else []) + [status]
-        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else [])
+        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else []) \
+            + ([r.stack_id or "-"] if stacks else [])
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
             pairs = [(compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)) for _, cell in cells]
@@ -240,7 +242,8 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
             facts = [line[at["experiment"]], line[at["backend"]]] + ([line[at["GPU"]]] if "GPU" in at else [])
             out.append("  ".join(facts) + ": " + line[at["status"]]
                        + (f"  (answers: {line[at['answers']]})" if "answers" in at and line[at["answers"]] else "")
-                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else ""))
+                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else "")
+                       + (f"  (stack {line[at['stack']]})" if "stack" in at else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
             out.append(f"    {case.ljust(pad)}  {val}  {ratio}")
@@ -268,6 +271,8 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
         text = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         if text:
             out.print(Text(display_line(f"[{notes[r.label]}] {r.label}: " + "; ".join(text))), soft_wrap=False)
+    for line in stack_legend([(r.stack_id, r.stack) for r in rows if r.stack_id and r.stack]):
+        out.print(Text(display_line(line)), soft_wrap=False)
     base = [r.label for r in rows if r.is_baseline]
     if base:
         why = f" (the first row that measured {metric}; choose another with --baseline)" if chosen else ""

@@ -22,6 +22,7 @@ from .outcome import (
     JOURNAL_VERSION,
     BenchFacts,
     ChangedPaths,
+    GpuClocks,
     GpuInfo,
     Journal,
     JournalServer,
@@ -33,6 +34,7 @@ from .outcome import (
     RepoStatus,
     RevertReport,
     ServerFacts,
+    StackFacts,
     Status,
     StopReport,
 )
@@ -42,7 +44,7 @@ __all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase"
            "EVENTS", "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
            "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
            "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
-           "Status", "StopReport", "Timeouts", "decode", "encode"]
+           "GpuClocks", "StackFacts", "Status", "StopReport", "Timeouts", "decode", "encode"]
 
 
 class Mode(str, Enum):

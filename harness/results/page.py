@@ -27,7 +27,7 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import compare, outdir, plots, significance
+from . import compare, outdir, plots, significance, stack
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
@@ -55,8 +55,8 @@ def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
     headers = ["experiment", "backend", "GPU", "status"]
     for c in cases:
         headers += [compare.value_header(c, metric), f"{c} vs base"]
-    ans = any(r.answers for r in rows)
-    headers += (["answers"] if ans else []) + (["top op"] if tops else []) + ["notes"]
+    ans, stacks = any(r.answers for r in rows), compare.mixed_stacks(rows)
+    headers += (["answers"] if ans else []) + (["top op"] if tops else []) + (["stack"] if stacks else []) + ["notes"]
     empty = compare.Cell(None, None, 0, [])
     lines = []
     for r in rows:
@@ -75,11 +75,18 @@ def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
                           "title": None if v is None else f"{v.diverged} of {v.prompts} prompts diverged, {v.bad} bad"})
         if tops:
             cells.append({"text": r.top_op or "-"})
+        if stacks:
+            cells.append({"text": r.stack_id or "-", "cls": "mono", "title": stack_title(r)})
         notes = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         cells.append({"text": "; ".join(notes), "cls": "notes"})
         cells = [{"cls": None, "title": None, "p": None, **c} for c in cells]  # every key, for the template
         lines.append({"label": r.label, "baseline": r.is_baseline, "status": status_class(r), "cells": cells})
     return {"headers": headers, "rows": lines, "baseline": [r.label for r in rows if r.is_baseline]}
+
+
+def stack_title(row: compare.Row) -> str | None:
+    """What the stack id names, for its tooltip: "torch 2.9.1+cu128, CUDA runtime 12.8, …"."""
+    return ", ".join(f"{k} {v}" for k, v in (row.stack or {}).items() if v) or None
 
 
 def status_class(row: compare.Row) -> str:
@@ -133,6 +140,7 @@ def provenance(records: list[Record], runs: Mapping[str, RunInfo | None]) -> dic
     """Where and on what the runs ran: one line per run and host, and every patch set's hash."""
     hosts: dict[tuple[str, str], dict[str, Any]] = {}
     patches: dict[tuple[str, str], set[str]] = {}
+    stacks: dict[tuple[str, str, str], stack.Fingerprint] = {}
     for rec in records:
         p = rec.provenance
         line = hosts.setdefault((rec.run_id, rec.host), {
@@ -145,12 +153,18 @@ def provenance(records: list[Record], runs: Mapping[str, RunInfo | None]) -> dic
                 line[k].add(value)
         for name, digest in p.patch_sets.items():
             patches.setdefault((rec.run_id, name), set()).add(digest)
+        fp = stack.fingerprint(rec)
+        if fp is not None:
+            stacks[(rec.run_id, rec.host, stack.stack_id(fp) or "")] = fp
     lines = [{k: (", ".join(sorted(v)) or "-") if isinstance(v, set) else v for k, v in h.items()}
              for _, h in sorted(hosts.items())]
     return {
         "hosts": lines,
         "patches": [{"run": run, "name": name, "sha256": ", ".join(sorted(d))}
                     for (run, name), d in sorted(patches.items())],
+        "stack_facts": [k for k in stack.MATTERS + stack.NOTE_ONLY if k != "driver"],
+        "stacks": [{"run": run, "host": host, "id": sid, **{k: v or "-" for k, v in fp.items()}}
+                   for (run, host, sid), fp in sorted(stacks.items())],
         "runs": [{"run": run_id, "sweep": info.sweep if info else None, "created": info.created if info else None,
                   "baseline": info.baseline if info else None, "planned": len(info.attempts) if info else None}
                  for run_id, info in runs.items()],
@@ -172,6 +186,9 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
                 out.setdefault(k, set()).update([value] if value else [])
             for name, digest in p.patch_sets.items():
                 out.setdefault(f"patch set {name}", set()).add(digest[:12])
+            for k, value in (stack.fingerprint(rec) or {}).items():
+                if k not in ("FlashInfer", "GPU", "driver"):  # listed above, or as the full driver version
+                    out.setdefault(f"stack: {k}", set()).update([value] if value else [])
         return out
 
     fa, fb = facts(run_a), facts(run_b)
@@ -190,13 +207,19 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
         if ra.status != rb.status or ra.expected != rb.expected:
             moved.append({"experiment": name(e, g), "case": "status", "a": compare.status_text(ra),
                           "b": compare.status_text(rb), "change": "status changed", "cls": "v-na"})
+        other_stack = stack.differences(rb.stack, ra.stack)[0]  # what makes B's numbers not comparable to A's
+        if other_stack:
+            moved.append({"experiment": name(e, g), "case": "stack", "a": ra.stack_id or "-", "b": rb.stack_id or "-",
+                          "change": "not comparable: " + ", ".join(other_stack), "cls": "v-na"})
         for case in sorted(set(ra.cells) & set(rb.cells)):
             ca, cb = ra.cells[case], rb.cells[case]
             if not ca.median or cb.median is None:
                 continue
             ratio = cb.median / ca.median
             cell = compare.Cell(cb.median, cb.cv, cb.n, cb.samples, ratio=ratio)
-            if min(ca.n, cb.n) < compare.MIN_SAMPLES:
+            if other_stack:
+                cell.verdict = "n/a"
+            elif min(ca.n, cb.n) < compare.MIN_SAMPLES:
                 cell.verdict = "few"
             else:
                 cell.p_value = significance.mann_whitney_p(cb.samples, ca.samples)
