@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -95,13 +96,15 @@ def read_answers(store: ResultsStore, rec: Record) -> answers.AnswerSet | str:
         return str(exc)
 
 
-def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str) -> Path:
-    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path."""
+def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,
+                 against: dict[str, Any] | None = None) -> Path:
+    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path. `against`: the run against
+    an earlier one (nightstext.page_context), shown first."""
     from ..results.page import write_html
 
     records, rows, run_baseline, infos = comparison_rows(runs, baseline=baseline, metric=metric)
     return write_html(out_dir, records, rows, metric, stores={run_id: store for store, run_id in runs}, runs=infos,
-                      chosen_baseline=not (baseline or run_baseline))
+                      chosen_baseline=not (baseline or run_baseline), against=against)
 
 
 # ============================================================================ the comparison table

@@ -27,7 +27,7 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import compare, outdir, plots, significance, stack
+from . import compare, nights, outdir, plots, stack
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
@@ -215,17 +215,8 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
             ca, cb = ra.cells[case], rb.cells[case]
             if not ca.median or cb.median is None:
                 continue
-            ratio = cb.median / ca.median
-            cell = compare.Cell(cb.median, cb.cv, cb.n, cb.samples, ratio=ratio)
-            if other_stack:
-                cell.verdict = "n/a"
-            elif min(ca.n, cb.n) < compare.MIN_SAMPLES:
-                cell.verdict = "few"
-            else:
-                cell.p_value = significance.mann_whitney_p(cb.samples, ca.samples)
-                better = ratio < 1 if compare.lower_is_better(metric) else ratio > 1
-                cell.verdict = ("same" if cell.p_value >= compare.ALPHA or ratio == 1
-                                else "better" if better else "worse")
+            # B against A: the one rule, `compare --against`'s; across stacks a ratio without a verdict
+            cell = nights.judge(ca, cb, metric, comparable=not other_stack)
             moved.append({"experiment": name(e, g), "case": case, "a": compare.cell_text(ca),
                           "b": compare.cell_text(cb), "change": compare.ratio_text(cell, False),
                           "cls": f"v-{cell.verdict.replace('/', '')}"})
@@ -242,8 +233,9 @@ def summary(records: list[Record]) -> list[dict[str, Any]]:
 def build_context(records: list[Record], rows: list[compare.Row], metric: str, *,
                   runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]] | None,
                   logs: Mapping[AttemptKey, str] | None = None, chosen_baseline: bool = False,
-                  generated: str | None = None) -> dict[str, Any]:
-    """Everything the template shows. `plots`: one {case, svg} per bench case, or None without matplotlib."""
+                  generated: str | None = None, against: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the template shows. `plots`: one {case, svg} per bench case, or None without matplotlib.
+    `against`: the run against an earlier one (nightstext.page_context), or None."""
     run_ids = list(runs)
     diff = changes(records, rows, metric, run_ids[0], run_ids[1]) if len(run_ids) == 2 else None
     unit = compare.metric_unit(metric)
@@ -262,6 +254,7 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
         "top_ops": top_ops(records),
         "provenance": provenance(records, runs),
         "changes": diff,
+        "against": against,
     }
 
 
@@ -363,14 +356,14 @@ def render(context: dict[str, Any]) -> str:
 
 def write_html(out_dir: Path, records: list[Record], rows: list[compare.Row], metric: str, *,
                stores: Mapping[str, ResultsStore], runs: Mapping[str, RunInfo | None],
-               chosen_baseline: bool = False) -> Path:
+               chosen_baseline: bool = False, against: dict[str, Any] | None = None) -> Path:
     """Write the page and its log excerpts into `out_dir` (created; an earlier page of ours there is replaced,
     anything else there refused: outdir.write_folder); the page's path."""
     outdir.check(out_dir)  # refuse a foreign folder before the work of building the page
     excerpts = log_excerpts(records, stores)
     logs = {key: "/".join(quote(part) for part in rel.split("/")) for key, (rel, _) in excerpts.items()}
     context = build_context(records, rows, metric, runs=runs, plots=case_plots(rows, metric), logs=logs,
-                            chosen_baseline=chosen_baseline)
+                            chosen_baseline=chosen_baseline, against=against)
     contents = {rel: text.encode("utf-8") for rel, text in excerpts.values()}
     contents[PAGE] = render(context).encode("utf-8")
     outdir.write_folder(out_dir, contents)
