@@ -20,8 +20,8 @@ def compare(
     metric: str = typer.Option(OUTPUT_THROUGHPUT, "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
     plot_file: Optional[Path] = typer.Option(
-        None, "--plot", help="Draw the metric per experiment (matplotlib) in this new file (.png, .svg, .pdf) or "
-                             "over an earlier plot of the harness."),
+        None, "--plot", help="Draw the metric per experiment in this new file (.svg: no extra needed; .png, .pdf: "
+                             "matplotlib) or over an earlier plot of the harness."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
 ) -> None:
     """One row per experiment: status (cause for failures), medians with spread, ratio to the baseline
