@@ -25,8 +25,8 @@ def compare(
     metric: Optional[str] = typer.Option(None, "--metric", help=METRIC_HELP),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
     plot_file: Optional[Path] = typer.Option(
-        None, "--plot", help="Draw the metric per experiment (matplotlib) in this new file (.png, .svg, .pdf) or "
-                             "over an earlier plot of the harness."),
+        None, "--plot", help="Draw the metric per experiment in this new file (.svg: no extra needed; .png, .pdf: "
+                             "matplotlib) or over an earlier plot of the harness."),
     against: Optional[str] = typer.Option(None, "--against", help=AGAINST_HELP),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help=RESULTS_HELP),
 ) -> None:

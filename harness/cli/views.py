@@ -16,7 +16,7 @@ from ..common.protocol import Status
 from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import answers, compare, plots
+from ..results import answers, compare, families, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
@@ -46,7 +46,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
                     plot_file: Path | None) -> None:
     """`baseline` and `metric` as the user gave them: an unknown name is a ConfigError listing the known ones
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
-    _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
+    records, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
         plots.plot(rows, metric, plot_file)
     if fmt == "markdown":
@@ -57,6 +57,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
         print(compare.to_json(rows, metric))
     else:
         print_comparison(out, rows, metric, chosen=not (baseline or run_baseline))
+        print_sparklines(out, runs, records, rows, metric)
     if plot_file is not None and fmt == "table":
         out.print(f"plot: {plot_file}", highlight=False)
 
@@ -94,6 +95,17 @@ def read_answers(store: ResultsStore, rec: Record) -> answers.AnswerSet | str:
         return answers.parse_answers(store.read_answers(rec))
     except (ResultsError, answers.BadAnswers) as exc:
         return str(exc)
+
+
+def print_sparklines(out: Console, runs: list[tuple[ResultsStore, str]], records: list[Record],
+                     rows: list[compare.Row], metric: str) -> None:
+    """Under the terminal's table only: each row's metric across the concurrency levels of a family of bench
+    cases (their max_concurrency read from the bench JSONL beside the records), as a sparkline."""
+    stores = {run_id: store for store, run_id in runs}
+    loads = families.read_loads(records, lambda rec, case: stores[rec.run_id].read_bench_lines(rec, case))
+    lines = families.sparkline_lines(families.families(rows, records, loads, (metric,)), metric)
+    for line in [""] + lines if lines else []:
+        out.print(Text(display_line(line)), soft_wrap=False)
 
 
 def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,

@@ -1,8 +1,8 @@
 """A night's sweep as one self-contained page (`harness report --html DIR`, and the end of `harness demo`).
 
-The page is static HTML: CSS inline, plots inline SVG (drawn by matplotlib when the page is built, so no
-browser, server or network is needed to read it), the failed attempts' log excerpts copied beside it under
-`logs/` and linked relatively — the folder opens from disk or from any static host.
+The page is static HTML: CSS inline, charts inline SVG (svgcharts.py draws them when the page is built, with
+no extra installed, so no browser, server or network is needed to read it), the failed attempts' log excerpts
+copied beside it under `logs/` and linked relatively — the folder opens from disk or from any static host.
 
 `build_context` is pure (rows and records in, a dict for the template out); `write_html` reads the log
 excerpts, renders the template and writes the folder (outdir.py: only files the harness wrote are ever
@@ -12,8 +12,6 @@ replaced). The numbers and their words come from `report`
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import os
 import re
 import time
@@ -27,14 +25,14 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import compare, nights, outdir, plots, stack
+from . import compare, families, nights, outdir, stack, svgcharts
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"
-NO_MATPLOTLIB = ("matplotlib is not installed, so this page has no plots (the table above has every number). "
-                 "Install it with: pip install 'harness[plot]', then write the page again.")
+NO_PARETO = ("No latency–throughput chart: it needs bench cases that differ only in max_concurrency (read from the "
+             "bench JSONL beside each record), measured at two levels or more.")
 REFUSED = {Status.PREFLIGHT_FAILED: "refused before launch"}
 
 AttemptKey = tuple[str, str, str]  # run, experiment, attempt
@@ -231,11 +229,12 @@ def summary(records: list[Record]) -> list[dict[str, Any]]:
 
 
 def build_context(records: list[Record], rows: list[compare.Row], metric: str, *,
-                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]] | None,
-                  logs: Mapping[AttemptKey, str] | None = None, chosen_baseline: bool = False,
-                  generated: str | None = None, against: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything the template shows. `plots`: one {case, svg} per bench case, or None without matplotlib.
-    `against`: the run against an earlier one (nightstext.page_context), or None."""
+                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]],
+                  pareto: list[dict[str, Any]] | None = None, logs: Mapping[AttemptKey, str] | None = None,
+                  chosen_baseline: bool = False, generated: str | None = None,
+                  against: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the template shows. `plots`: one {case, svg} per bench case; `pareto`: the latency–throughput
+    charts (svgcharts.py). `against`: the run against an earlier one (nightstext.page_context), or None."""
     run_ids = list(runs)
     diff = changes(records, rows, metric, run_ids[0], run_ids[1]) if len(run_ids) == 2 else None
     unit = compare.metric_unit(metric)
@@ -249,7 +248,7 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
         "chosen_baseline": chosen_baseline,
         "attempts": len(records), "summary": summary(records),
         "table": table_context(rows, metric),
-        "plots": plots, "plots_note": None if plots is not None else NO_MATPLOTLIB,
+        "plots": plots, "pareto": pareto or [], "pareto_note": None if pareto else NO_PARETO,
         "failures": failures(records, logs or {}),
         "top_ops": top_ops(records),
         "provenance": provenance(records, runs),
@@ -258,42 +257,19 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
     }
 
 
-# ============================================================================ plots (matplotlib, optional)
+# ============================================================================ charts (svgcharts.py, no extra)
 
 
-def case_plots(rows: list[compare.Row], metric: str) -> list[dict[str, Any]] | None:
-    """One inline SVG per bench case (plots.plot_figure's panel), or None when matplotlib is missing."""
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    cases = sorted({c for r in rows for c in r.cells})
-    out = []
-    for i, case in enumerate(cases):
-        only = [dataclasses.replace(r, cells={case: r.cells[case]} if case in r.cells else {}) for r in rows]
-        fig = plots.plot_figure(only, metric)
-        buf = io.StringIO()
-        # text stays text (small, searchable, readable in the DOM); the same hash salt: the same page twice
-        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "harness"}):
-            fig.savefig(buf, format="svg", metadata={"Date": None})
-        # The page's width, up to a little over the drawn size (text at its size, not blown up); many rows
-        # keep ~45 px each (labels readable) and scroll sideways on a narrow screen.
-        drawn = round(fig.get_figwidth() * 96)
-        out.append({"case": case, "svg": scoped_svg(buf.getvalue(), f"plot{i}-"),
-                    "min_width": min(drawn, 45 * len(rows)), "max_width": round(drawn * 1.25)})
-    return out
+def charts(records: list[Record], rows: list[compare.Row], metric: str,
+           stores: Mapping[str, ResultsStore]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The page's charts: one per bench case, and the latency–throughput ones of each family of cases (their
+    max_concurrency read from the bench JSONL beside the records)."""
+    def read(rec: Record, case: str) -> list[dict[str, Any]]:
+        store = stores.get(rec.run_id)
+        return store.read_bench_lines(rec, case) if store is not None else []
 
-
-_SVG_START = re.compile(r"^.*?(?=<svg)", re.S)
-_IDS = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
-
-
-def scoped_svg(svg: str, prefix: str) -> str:
-    """An SVG document as an inline element: no XML prolog or doctype, its ids prefixed (several plots on one
-    page must not share clip paths or markers), and sized by the page (its viewBox keeps the aspect)."""
-    svg = _SVG_START.sub("", svg, count=1)
-    svg = _IDS.sub(lambda m: m.group(1) + prefix + m.group(2), svg)
-    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', svg, count=1)
+    fams = families.families(rows, records, families.read_loads(records, read))
+    return svgcharts.case_plots(rows, metric), svgcharts.pareto_plots(fams)
 
 
 # ============================================================================ writing the folder
@@ -337,7 +313,7 @@ def _safe(name: str) -> str:
 
 def _shown(value: Any) -> Any:
     """Every value the page prints: a host's control characters shown escaped (autoescape then makes it HTML);
-    markup the harness made itself (the plots' SVG, marked safe) is left as it is."""
+    markup the harness made itself (the charts' SVG, marked safe) is left as it is."""
     from markupsafe import Markup
 
     if isinstance(value, str) and not isinstance(value, Markup):
@@ -362,7 +338,8 @@ def write_html(out_dir: Path, records: list[Record], rows: list[compare.Row], me
     outdir.check(out_dir)  # refuse a foreign folder before the work of building the page
     excerpts = log_excerpts(records, stores)
     logs = {key: "/".join(quote(part) for part in rel.split("/")) for key, (rel, _) in excerpts.items()}
-    context = build_context(records, rows, metric, runs=runs, plots=case_plots(rows, metric), logs=logs,
+    plots, pareto = charts(records, rows, metric, stores)
+    context = build_context(records, rows, metric, runs=runs, plots=plots, pareto=pareto, logs=logs,
                             chosen_baseline=chosen_baseline, against=against)
     contents = {rel: text.encode("utf-8") for rel, text in excerpts.values()}
     contents[PAGE] = render(context).encode("utf-8")
