@@ -143,7 +143,7 @@ def test_harness_compare_of_two_nights_on_different_stacks(tmp_path: Path):
     assert rows["night-2:fast"]["cells"]["bs1"]["verdict"] == "better"
     text = compare(store, "night-1", "night-2")
     first, second = rows["night-1:base"]["stack_id"], rows["night-2:base"]["stack_id"]
-    header = text[:text.index("┡")]  # the table's header rows (how many: the console's width decides)
+    header = text[:text.index("━")]  # the table's header rows (how many: the console's width decides)
     assert first != second and "stack" in header and second in text
     assert f"stack {second} differs from {first} in torch 2.10.0+cu128 vs 2.9.1+cu128" in text
 
