@@ -130,7 +130,9 @@ def server_flags(argv: Sequence[str | dict[str, str]]) -> dict[str, str]:
         if not name:
             continue
         value = "true"
-        if i < len(args) and not args[i].startswith("--"):
+        if "=" in name:  # --flag=value
+            name, value = name.split("=", 1)
+        elif i < len(args) and not args[i].startswith("--"):
             value, i = args[i], i + 1
         if name not in SKIPPED_FLAGS:
             flags[name] = value

@@ -47,9 +47,9 @@ def bench(*throughputs: float) -> dict:
 def test_server_flags_are_the_launchers_flags_without_where_it_listens():
     argv = ["/v/bin/python", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1", "--port",
             {"slot": "port"}, "--tp-size", "2", "--enable-torch-compile", "--mem-fraction-static", "0.8",
-            "--offset", "-1"]
+            "--offset", "-1", "--dtype=bfloat16"]
     assert trackfacts.server_flags(argv) == {"model-path": "/m", "tp-size": "2", "enable-torch-compile": "true",
-                                             "mem-fraction-static": "0.8", "offset": "-1"}
+                                             "mem-fraction-static": "0.8", "offset": "-1", "dtype": "bfloat16"}
 
 
 def test_an_ok_attempt_keeps_every_repeat_as_a_step_its_median_and_what_it_ran_on():
