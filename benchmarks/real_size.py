@@ -140,8 +140,15 @@ def judge_answers(rows: list[Row]) -> None:
             row.answers = "ref"
         elif ref is None:
             row.answers = "no ref"
+        elif ref_row is not None and weights_of(row.folder) != weights_of(ref_row.folder):
+            row.answers = "other weights"  # the dummy weights changed between the two: not the same question
         else:
             row.answers = verdict_text(compare_answers(mine, ref))
+
+
+def weights_of(folder: Path) -> str | None:
+    """The content hash of the dummy-weights patch set an attempt ran with (answers compare on equal weights)."""
+    return load_record(folder / "record.json").provenance.patch_sets.get("dummy_weights_scaled")
 
 
 def median_of(rows: list[Row], backend: str, pool: float, title: str) -> float | None:

@@ -43,3 +43,22 @@ def test_the_page_has_a_row_per_backend_and_the_targets():
     text = real_size.render(real_size.build_rows(ResultsStore(RUNS)))
     assert "| custom-fp8-mla | 0.8 |" in text and "control: wrong KV scale" in text
     assert "TTFT 1K hit ms custom pool 0.8 / 0.4" in text
+
+
+def test_answers_made_on_other_dummy_weights_are_not_judged(tmp_path: Path):
+    import json
+    import shutil
+
+    for run in RUNS.iterdir():
+        if run.is_dir():
+            shutil.copytree(run, tmp_path / run.name)
+    custom = next(r for r in real_size.build_rows(ResultsStore(tmp_path))
+                  if r.backend == "custom-fp8-mla" and r.pool == real_size.LARGE)
+    assert custom.answers.startswith(("✓", "✗"))  # judged: same weights as the reference
+    record = custom.folder / "record.json"
+    doc = json.loads(record.read_text())
+    doc["provenance"]["patch_sets"]["dummy_weights_scaled"] = "0" * 64  # another version of the weights
+    record.write_text(json.dumps(doc))
+    custom = next(r for r in real_size.build_rows(ResultsStore(tmp_path))
+                  if r.backend == "custom-fp8-mla" and r.pool == real_size.LARGE)
+    assert custom.answers == "other weights"
