@@ -26,6 +26,11 @@ NOISY_CV = 0.05
 # can (2 / C(8, 4) = 0.029).
 MIN_SAMPLES = 4
 MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""}
+# What the marks mean, in the words of every legend (the terminal's, the markdown's, the page's, the docs'):
+# one wording, so no two places can disagree on which side of α "≈" is.
+SIGNIFICANT = f"two-sided Mann-Whitney test on the repeats, p < {ALPHA}"
+NOT_SIGNIFICANT = f"p ≥ {ALPHA}"
+SIGNIFICANCE_LEGEND = f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples"
 
 
 @dataclass
@@ -332,7 +337,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
 def to_markdown(rows: list[Row], metric: str) -> str:
     cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
-             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples"
+             + SIGNIFICANCE_LEGEND
              + ("; answers: ✓/✗ against the baseline's (same tokens, largest Δ logprob)" if "answers" in cols else ""),
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for line in table_rows(rows):
