@@ -67,7 +67,15 @@ def exit_on_errors() -> errors_to_exit_codes:
     return errors_to_exit_codes(err, _debug)
 
 
-def read_inventory(path: Path) -> InventoryFile:
+def read_inventory(path: Path, given: bool = False) -> InventoryFile:
+    """The host inventory; `given`: the user named it (--hosts-file), so a missing one is their path to check,
+    not the default's absence."""
+    if given and not path.is_file():
+        why = "is a folder, not a file" if path.is_dir() else "does not exist"
+        inside = path / "hosts.yaml"
+        raise ConfigError(f"the host inventory given with --hosts-file {why}", file=path.absolute(),
+                          hint=f"check the path: pass the file, --hosts-file {inside}" if inside.is_file()
+                          else missing_inventory_hint(given=True))
     # No hosts.yaml ships (no host works everywhere): say how to make one rather than "file not found".
     if not path.is_file():
         raise ConfigError("no host inventory here", file=path.absolute(), hint=missing_inventory_hint())

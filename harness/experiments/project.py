@@ -38,9 +38,14 @@ def example_inventory(package_dir: Path = PACKAGE_DIR) -> Path | None:
     return example if example is not None and example.is_file() else None
 
 
-def missing_inventory_hint(package_dir: Path = PACKAGE_DIR) -> str:
-    """What to do when there is no hosts.yaml: none is shipped, since no host works on every machine."""
+def missing_inventory_hint(package_dir: Path = PACKAGE_DIR, given: bool = False) -> str:
+    """What to do when there is no hosts.yaml: none is shipped, since no host works on every machine.
+    `given`: the user named a file with --hosts-file that is not there."""
     example = example_inventory(package_dir)
+    if given:
+        make = f"copy {example} there and edit it" if example else "write it as the README's `hosts.yaml` section shows"
+        return (f"check the path (a relative one starts in the current folder); to make that inventory, {make}; "
+                "without --hosts-file, ./hosts.yaml is read")
     start = (f"copy {example} to hosts.yaml and edit it" if example
              else "write one as the README's `hosts.yaml` section shows")
     return (f"{start}, or pass --hosts-file FILE; to practise without a GPU, `harness sim init /tmp/harness-sim` "

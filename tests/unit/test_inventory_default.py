@@ -81,3 +81,22 @@ def test_the_default_patches_folder_follows_the_experiment_file_not_the_current_
     monkeypatch.chdir(elsewhere)
     res = CliRunner().invoke(app, ["validate", str(lone)])  # the backend's patch set is found from here too
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("command", [["status"], ["recover", "box"], ["run", "e.yaml"], ["sweep", "e.yaml"]])
+@pytest.mark.parametrize("what", ["missing", "folder"])
+def test_a_hosts_file_given_that_is_not_there_is_named_as_such(tmp_path, monkeypatch, command, what):
+    """`--hosts-file PATH` that does not exist (or is a folder): the message says so with the path and what to
+    do — not "no host inventory here", whose hint is to pass the very option the user passed."""
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "e.yaml").write_text("model: {path: /m}\n")
+    given = tmp_path / "inventories" / "lab.yaml"
+    if what == "folder":
+        given.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, [*command, "--hosts-file", str(given)])
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.split())
+    said = "is a folder, not a file" if what == "folder" else "does not exist"
+    assert f"{given}: the host inventory given with --hosts-file {said}" in flat, res.output
+    assert "check the path" in flat and "no host inventory here" not in flat and "or pass --hosts-file" not in flat
