@@ -37,6 +37,22 @@ class SafeConsole(Console):
         return super().render_str(display_lines(text), **kwargs)
 
 
+def _flags_show_no_value_type() -> None:
+    """typer's --help puts each option's value type after it, a flag's too (`--dry-run <bool>`), which reads
+    as if the flag wanted a value: every flag of every command shows none. (Older typers show none anyway.)"""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: not an assignment to a method)
+
+
+_flags_show_no_value_type()
 out = SafeConsole(soft_wrap=True, width=_PIPE_WIDTH)
 err = SafeConsole(stderr=True, soft_wrap=True)
 _debug = False

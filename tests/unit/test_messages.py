@@ -103,3 +103,25 @@ def test_live_progress_never_shows_raw_markup_while_a_note_is_printed(kind):
     shown = buf.getvalue()
     assert "wait" in shown and "a note with [brackets] kept as written" in shown
     assert "[cyan]" not in shown and "[/]" not in shown and "[bold]" not in shown, shown
+
+
+def _command_paths(group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield (*prefix, name)
+        if hasattr(cmd, "commands"):  # a group (typer's own, or click's in an older typer)
+            yield from _command_paths(cmd, (*prefix, name))
+
+
+def test_help_shows_no_value_type_after_a_flag():
+    """A flag takes no value: `--dry-run <bool>` reads as if it wanted one. Every command's --help."""
+    import typer
+
+    paths = [(), *_command_paths(typer.main.get_command(app))]
+    assert ("sweep",) in paths and ("patch", "new") in paths
+    for path in paths:
+        res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "160"})
+        assert res.exit_code == 0, (path, res.output)
+        assert "<bool>" not in res.output, (path, res.output)
+        assert "--help" in res.output
+    res = CliRunner().invoke(app, ["sweep", "--help"], env={"COLUMNS": "160"})
+    assert "--dry-run" in res.output and "<path>" in res.output  # options that take a value still say which
