@@ -13,12 +13,14 @@ from ..results.store import ResultsStore
 from . import views
 from .common import RESULTS_HELP, exit_on_errors, open_store, out
 
+FORMATS = {"table": "table", "markdown": "markdown", "md": "markdown", "csv": "csv", "json": "json"}  # --format
+
 
 def compare(
     runs: list[str] = typer.Argument(..., help="Run ids (under --results-dir) or run folders; several compare runs."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
     metric: str = typer.Option(OUTPUT_THROUGHPUT, "--metric", help="A bench_serving metric, e.g. median_itl_ms."),
-    fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown (or md), csv or json."),
     plot_file: Optional[Path] = typer.Option(
         None, "--plot", help="Draw the metric per experiment (matplotlib) in this new file (.png, .svg, .pdf) or "
                              "over an earlier plot of the harness."),
@@ -27,8 +29,9 @@ def compare(
     """One row per experiment: status (cause for failures), medians with spread, ratio to the baseline
     with significance, noise and comparability warnings."""
     with exit_on_errors():
-        if fmt not in ("table", "markdown", "csv", "json"):
-            raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
+        if FORMATS.get(fmt) is None:
+            raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown (or md), csv or json")
+        fmt = FORMATS[fmt]
         chosen = chosen_runs(open_store(results_dir, announce=False), runs)
         views.show_comparison(out, chosen, baseline=baseline, metric=metric, fmt=fmt, plot_file=plot_file)
 

@@ -95,3 +95,22 @@ def test_ctrl_c_while_the_cli_imports_is_one_line_and_exit_130(tmp_path, how):
     assert proc.returncode == ExitCode.INTERRUPTED, (proc.returncode, err)
     assert "Traceback" not in err and err.strip() == "interrupted", err
     assert out == ""
+
+
+def test_compare_takes_md_for_markdown_and_names_the_formats_it_takes(tmp_path):
+    from harness.results.schemas import Record
+    from harness.results.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    for exp in ("base", "fast"):
+        rec = Record(run_id="r1", experiment=exp, attempt="01", host="h", status="ok",
+                     metrics={"bs1": {"output_throughput": 100.0, "samples": {"output_throughput": [100.0] * 4}}})
+        store.write_record(store.new_attempt_dir("r1", exp), rec)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    md = harness("compare", "r1", "--format", "md", "--results-dir", str(store.root), cwd=tmp_path, env=env)
+    markdown = harness("compare", "r1", "--format", "markdown", "--results-dir", str(store.root), cwd=tmp_path, env=env)
+    assert md.returncode == 0, md.stderr
+    assert md.stdout == markdown.stdout and "| experiment |" in md.stdout
+    p = harness("compare", "r1", "--format", "html", "--results-dir", str(store.root), cwd=tmp_path, env=env)
+    assert p.returncode == 2 and "unknown format 'html'" in p.stderr, p.stderr
+    assert "table, markdown (or md), csv or json" in " ".join(p.stderr.split())
