@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from ..common.protocol import Status
 from ..safetext import display_line
+from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
 from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
 from .significance import mann_whitney_p
@@ -273,24 +273,6 @@ def status_text(row: Row) -> str:
     if row.category and row.category != row.status.value:
         s += f": {row.category}"
     return f"as expected ({s})" if row.expected else s
-
-
-KEY_LINE_MAX = 120
-_ERROR_NAME = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b")
-
-
-def short_key_line(line: str, limit: int = KEY_LINE_MAX) -> str:
-    """A key line of at most `limit` characters that keeps the exception and its message: what comes before
-    the last exception name (a logger prefix, a path) goes first, then the end of the message; a line
-    without an exception name loses its middle."""
-    if len(line) <= limit:
-        return line
-    names = list(_ERROR_NAME.finditer(line))
-    if names:
-        tail = line[names[-1].start():]
-        return "…" + tail if len(tail) < limit else tail[:limit - 1] + "…"
-    half = (limit - 1) // 2
-    return line[:half] + "…" + line[len(line) - (limit - 1 - half):]
 
 
 def mixed_gpus(rows: list[Row]) -> bool:

@@ -601,6 +601,48 @@ def test_a_short_key_line_is_kept_whole_and_the_last_exception_is_the_one_kept()
     assert short_key_line("a" * 120) == "a" * 120 and len(short_key_line("a" * 121)) == 120
 
 
+# What a host that cannot run a backend says (the agent's preflight): the key words are at the start, the list of
+# choices makes it long.
+REFUSED = ("cannot run here: SGLang 0.5.23 on this host does not accept --attention-backend cutlass_mla (valid: "
+           "triton, torch_native, flex_attention, dsa, nsa, qsa, dsv4, compressed, fa3, fa4, flashinfer, "
+           "llada2_cfg_flashinfer, flashmla, trtllm_mla, cutedsl_mla, tokenspeed_mla, trtllm_mha, hpc_ops, "
+           "minicpm_flashattn, minicpm_flashinfer, aiter, wave, intel_amx, ascend, intel_xpu)")
+LONG_MESSAGE = ("[TP0] Scheduler hit an exception: ValueError: Exactly one of ckv_scale or ckv_scale_arr is required "
+                "when kv_data_type is FP8, and the plan was made for a BF16 cache of 61 layers with page size 64 "
+                "tokens, so the kernel was never built")
+
+
+def _bare(token):
+    return token.strip(",;:()[]…")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_printed_notes_keep_their_key_words_whole_and_wrap_between_words(width):
+    """The notes under the table: a long line is shortened where it says least (a list of choices, then the
+    middle) and only between words, and wrapped at spaces — no word cut, none glued to an ellipsis."""
+    refused = rec("glm5-cutlass_mla", [], status="preflight-failed")
+    refused.error = REFUSED
+    crashed = rec("glm5-fp8-plan", [], status="crashed", verdict={"category": "python-exception",
+                                                                   "key_line": LONG_MESSAGE})
+    records = fleet() + [refused, crashed]
+    rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
+    text = render(rows, "output_throughput", width)
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("[1] "))
+    notes = [line for line in lines[first:] if not line.startswith("baseline:")]
+    assert notes and max(len(line) for line in notes) <= width
+    vocabulary = {_bare(t) for r in rows for t in " ".join([r.label, *r.notes]).split()}
+    said = [r.error or "" for r in records] + [r.verdict.key_line or "" for r in records if r.verdict]
+    vocabulary |= {_bare(t) for t in " ".join(said).split()}
+    for line in notes:
+        for token in line.split():
+            assert "…" not in token.strip("…"), (token, line)  # an ellipsis glued inside a word: a word was cut
+            assert _bare(token) in vocabulary | {""} or re.fullmatch(r"\[\d+\]", token), (token, line)
+    flat = " ".join(" ".join(notes).split())
+    assert "does not accept --attention-backend cutlass_mla (valid: triton," in flat
+    assert "ValueError: Exactly one of ckv_scale or ckv_scale_arr is required" in flat
+
+
 # ============================================================================ ratios, baselines, names
 
 
