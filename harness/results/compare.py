@@ -14,6 +14,7 @@ from typing import Any
 
 from ..common.protocol import Status
 from ..safetext import display_line
+from ..triage.profile import kernel_label
 from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
 from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
@@ -148,7 +149,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
     tops = [r.profile.top for r in ok if r.profile is not None and r.profile.top]
     if tops:
         first = tops[-1][0]
-        row.top_op = f"{first.name} {first.share * 100:.0f}%"
+        row.top_op = f"{kernel_label(first.name)} {first.share * 100:.0f}%"
     for case in cases:
         samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or [])]
         row.cells[case] = _cell(samples)

@@ -149,6 +149,17 @@ def test_top_op_from_profiles_and_records_without_one():
     assert row(rows, "base").top_op == "aten::copy_ 69%" and row(rows, "other").top_op is None
 
 
+
+def test_a_top_op_that_is_a_demangled_kernel_shows_the_kernels_name_not_void():
+    """A kernel replayed from a CUDA graph has no framework op: the top op is the kernel's demangled name."""
+    r = rec("base", [100, 101, 99])
+    kernel = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+              "::{lambda()#3}::operator()() const::{lambda(c10::Float8_e4m3fn)#1}, std::array<char*, 2ul>, 4>(int)")
+    r.profile = ProfileSummary(total_gpu_us=100.0, steps=1, kernels=1,
+                               top=[ProfileOp(name=kernel, gpu_us=80.0, share=0.8, calls=1)])
+    rows = build_rows([r], metric="output_throughput", baseline="base")
+    assert row(rows, "base").top_op == "at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda…> 80%"
+
 # ============================================================================ the markers a user reads
 # Judged from the rendered tables (markdown, and the cells the terminal table prints), with the
 # significance of each case taken from scipy's own p-values (hard-coded below), not from the code under test.
