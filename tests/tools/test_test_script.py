@@ -5,7 +5,6 @@ must skip that."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
