@@ -17,6 +17,7 @@ from .common import out, set_debug
 from .compare import compare, report
 from .diagnose import profile_summary, triage
 from .exits import exit_code, signal_as_interrupt
+from .gc import gc
 from .hosts import recover, status
 from .patch import patch_check, patch_new, validate
 from .run import run, sweep
@@ -49,6 +50,7 @@ app.command()(run)
 app.command()(triage)
 app.command()(status)
 app.command()(recover)
+app.command()(gc)
 app.command("profile-summary")(profile_summary)
 sim_app.command("init")(sim_init)
 app.command()(demo)
