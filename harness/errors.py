@@ -10,6 +10,7 @@
     │   └── RemoteCommandError        a command on the host failed (carries argv, exit code, output tail)
     ├── AgentProtocolError            the remote agent spoke nonsense or went away without a final event
     ├── ResultsError                  the results store could not be read or written (disk full, exists, bad record)
+    ├── TrackerError                  the experiment tracker (MLflow) could not be reached or refused a write
     └── Interrupted                   the user pressed Ctrl-C; cleanup already happened            → exit 130
 
 Third-party exceptions (paramiko, socket, pydantic, yaml) are mapped to these at the edges
@@ -102,6 +103,10 @@ class AgentProtocolError(HarnessError):
 
 class ResultsError(HarnessError):
     pass
+
+
+class TrackerError(HarnessError):
+    """The experiment tracker (MLflow) could not be reached or refused a write; the records are safe."""
 
 
 class Interrupted(HarnessError):

@@ -31,14 +31,15 @@ from . import watchdog
 from .answers import check_answers
 from .bench import Load
 from .errors import Aborted, FailureFacts, StageFailed, abort_message
-from .gpu import query_gpus, wait_gpu_release
+from .gpu import wait_gpu_release
 from .link import Link
 from .lock import RepoLock
 from .procs import MARKER_ENV, pick_free_port, port_free
 from .profiling import Capture
 from .server import Server
+from .stack import read_stack
 from .status import stop_recorded_server
-from .target import choose_variants, fit_problems, read_package_version
+from .target import choose_variants, fit_problems
 from .tree import UNVERIFIED, Tree
 
 
@@ -268,10 +269,9 @@ class Attempt:
             facts.patch_variants = chosen
         if problems:
             raise StageFailed(Status.PREFLIGHT_FAILED, "; ".join(problems))
-        if self.spec.server.argv:
-            facts.flashinfer_version = read_package_version(str(self.spec.server.argv[0]), self.server_env(),
-                                                            "flashinfer-python")
-        facts.gpus = query_gpus(self.server_env())
+        python = str(self.spec.server.argv[0]) if self.spec.server.argv else None
+        facts.stack, facts.gpus = read_stack(python, self.server_env())
+        facts.flashinfer_version = facts.stack.flashinfer
         self._check_gpus_released()
         dirty_before, _ = self.tree.dirty_paths(self.spec.allow_dirty)
         self._choose_port()

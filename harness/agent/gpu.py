@@ -11,29 +11,47 @@ from typing import Optional
 from ..common.protocol import GpuInfo
 from .hostio import run
 
+# What `query_gpus` asks nvidia-smi for each GPU (stack.py asks for more in the same call).
+GPU_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "memory.used")
 
-def _smi(env: Mapping[str, str], query: str) -> Optional[list[list[str]]]:
+
+def smi_text(env: Mapping[str, str], args: list[str]) -> Optional[str]:
+    """nvidia-smi's output; None without nvidia-smi, when it fails (an unknown field: an older driver) or hangs."""
     exe = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not exe:
         return None
     try:
-        p = run([exe, query, "--format=csv,noheader,nounits"], env=env, timeout=15)
+        p = run([exe] + args, env=env, timeout=15)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if p.returncode != 0:
+    return p.stdout.decode(errors="replace") if p.returncode == 0 else None
+
+
+def _smi(env: Mapping[str, str], query: str) -> Optional[list[list[str]]]:
+    text = smi_text(env, [query, "--format=csv,noheader,nounits"])
+    return None if text is None else [[x.strip() for x in line.split(",")] for line in text.splitlines()]
+
+
+def gpu_rows(env: Mapping[str, str], fields: tuple[str, ...]) -> Optional[list[dict[str, str]]]:
+    """One row per GPU the server would see (field → nvidia-smi's words); None without nvidia-smi. `fields`
+    start with GPU_FIELDS."""
+    rows = _smi(env, "--query-gpu=" + ",".join(fields))
+    if rows is None:
         return None
-    return [[x.strip() for x in line.split(",")] for line in p.stdout.decode(errors="replace").splitlines()]
+    return visible_gpus([dict(zip(fields, r)) for r in rows if len(r) >= len(fields)],
+                        env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def gpu_info(row: Mapping[str, str]) -> GpuInfo:
+    return GpuInfo(index=row["index"], uuid=row["uuid"], name=row["name"], compute_cap=row["compute_cap"],
+                   memory_total_mib=row["memory.total"], memory_used_mib=row["memory.used"])
 
 
 def query_gpus(env: Mapping[str, str]) -> Optional[list[GpuInfo]]:
     """One entry per GPU the server would see (index, uuid, name, compute_cap, memory); None without
     nvidia-smi."""
-    rows = _smi(env, "--query-gpu=index,uuid,name,compute_cap,memory.total,memory.used")
-    if rows is None:
-        return None
-    gpus = [{"index": r[0], "uuid": r[1], "name": r[2], "compute_cap": r[3], "memory_total_mib": r[4],
-             "memory_used_mib": r[5]} for r in rows if len(r) >= 6]
-    return [GpuInfo(**g) for g in visible_gpus(gpus, env.get("CUDA_VISIBLE_DEVICES"))]
+    rows = gpu_rows(env, GPU_FIELDS)
+    return None if rows is None else [gpu_info(r) for r in rows]
 
 
 def visible_gpus(gpus: list[dict[str, str]], cuda_visible_devices: Optional[str]) -> list[dict[str, str]]:

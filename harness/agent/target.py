@@ -7,28 +7,12 @@ from __future__ import annotations
 import ast
 import os
 import re
-import subprocess
-from collections.abc import Mapping
 from typing import Any, Optional
 
 from ..common.protocol import FileEntry, GpuInfo, PatchEntry, PreflightFacts, Requirements
 from .gpu import arch_of
-from .hostio import run
 
 BACKEND_CHOICES_FILES = ("python/sglang/srt/arg_groups/choices.py", "python/sglang/srt/server_args.py")
-
-
-def read_package_version(python: str, env: Mapping[str, str], dist: str) -> Optional[str]:
-    """An installed distribution's version as the server's Python sees it (its PYTHONPATH included),
-    from package metadata: nothing is imported, so this takes milliseconds, not a GPU stack's seconds."""
-    code = ("import importlib.metadata as m, sys\n"
-            "try:\n    print(m.version(sys.argv[1]))\nexcept m.PackageNotFoundError:\n    pass\n")
-    try:
-        p = run([python, "-c", code, dist], env=env, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    out = p.stdout.decode(errors="replace").strip()
-    return out if p.returncode == 0 and out else None
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from .common import out, set_debug
 from .compare import compare, report
 from .diagnose import profile_summary, triage
 from .exits import exit_code, signal_as_interrupt
+from .export import export
 from .gc import gc
 from .hosts import recover, status
 from .patch import patch_check, patch_new, validate
@@ -57,6 +58,7 @@ app.command()(demo)
 app.command()(sweep)
 app.command()(compare)
 app.command()(report)
+app.command()(export)
 app.command()(validate)
 patch_app.command("new")(patch_new)
 patch_app.command("check")(patch_check)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -31,6 +32,7 @@ from .common import (
     pick_host,
     read_inventory,
 )
+from .export import EXPERIMENT_HELP, SweepTracking
 from .progress import AttemptProgress, SweepProgress
 
 if TYPE_CHECKING:
@@ -74,6 +76,9 @@ def sweep(
     start_within: Optional[float] = typer.Option(
         None, "--start-within", min=0.0, help="Start no attempt after this many seconds of this call (instead of the "
         "sweep's budget.sweep): those in flight finish, the rest waits for --resume. For a window that ends."),
+    mlflow: Optional[str] = typer.Option(None, "--mlflow", metavar="URI", help="Also log each attempt to MLflow "
+                                         "as it is recorded (see `harness export`)."),
+    mlflow_experiment: Optional[str] = typer.Option(None, "--mlflow-experiment", help=EXPERIMENT_HELP),
 ) -> None:
     """Run every attempt of a sweep over the hosts that fit, interleaved by rounds, resumable; then compare."""
     from ..experiments.files import read_sweep_file
@@ -101,8 +106,10 @@ def sweep(
             plan = plan_sweep(parsed, pdir, hosts, keyed_on)
             views.show_plan(out, plan, hosts)
             return
+        tracking = (SweepTracking(mlflow, mlflow_experiment or parsed.sweep.name, store, run_id, results_dir)
+                    if mlflow else None)
         outcome = run_sweep(parsed, pdir, hosts, store, run_id, hosts_file=hosts_path, start_within=start_within,
-                            keyed_on=keyed_on)
+                            keyed_on=keyed_on, tracking=tracking)
         if store.final_records(run_id):  # none when no host could be used: nothing to compare, say why below
             views.show_comparison(out, [(store, run_id)], baseline=None, metric=OUTPUT_THROUGHPUT, fmt="table",
                                   plot_file=None)
@@ -145,7 +152,8 @@ def resumed_run(store: ResultsStore, run_id: str, sweep_file: Path) -> RunInfo:
 
 def run_sweep(sweep: SweepFile, patches_dir: Path, hosts: dict[str, HostConfig], store: ResultsStore,
               run_id: str, hosts_file: Path | None = None, start_within: float | None = None,
-              keyed_on: tuple[str, tuple[str, ...]] | None = None) -> SweepOutcome:
+              keyed_on: tuple[str, tuple[str, ...]] | None = None, tracking: SweepTracking | None = None
+              ) -> SweepOutcome:
     """Plan the sweep, write its run.json and run it (`hosts_file` and `patches_dir`: recorded for a resume)."""
     from ..experiments.plan import plan_sweep
     from ..hosts.gpus import count_gpus
@@ -156,7 +164,9 @@ def run_sweep(sweep: SweepFile, patches_dir: Path, hosts: dict[str, HostConfig],
     plan = plan_sweep(sweep, patches_dir, hosts, keyed_on)  # keys from the hosts as configured: stable on resume
     if start_within is not None:  # a limit of this call only: not part of any key or of the run file
         plan = dataclasses.replace(plan, budget=plan.budget.model_copy(update={"sweep": start_within}))
-    with store.lock_run(run_id):
+    # --mlflow: the parent run is made before any host is touched (an unreachable tracker is refused then), and
+    # the whole run exported once more when the sweep ends.
+    with store.lock_run(run_id), tracking if tracking is not None else nullcontext():
         counted = count_gpus(hosts, host_status)
         write_run_file(store, run_id, plan, hosts, hosts_file=hosts_file, patches_dir=patches_dir,
                        host_gpus=counted.asked)
@@ -168,7 +178,8 @@ def run_sweep(sweep: SweepFile, patches_dir: Path, hosts: dict[str, HostConfig],
         for name, why in counted.unusable.items():
             err.print(f"[yellow]host {escape(name)} is not used in this sweep:[/] {escape(why)}", highlight=False)
         with SweepProgress(out, total=len(plan.attempts)) as progress:
-            outcome = Scheduler(plan, {**hosts, **counted.usable}, store, run_id, reporter=progress,
+            reporter = tracking.reporter(progress) if tracking is not None else progress
+            outcome = Scheduler(plan, {**hosts, **counted.usable}, store, run_id, reporter=reporter,
                                 unusable=counted.unusable, probe=host_status).run()
     if outcome.skipped:
         out.print(f"{len(outcome.skipped)} attempt(s) already had a final record and were not run again",

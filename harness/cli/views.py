@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -15,9 +16,10 @@ from ..common.protocol import Status
 from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import answers, compare, plots
+from ..results import answers, compare, families, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
+from ..results.stack import legend as stack_legend
 from ..results.store import ResultsStore
 from ..run.runner import AttemptOutcome
 from ..safetext import display_line, display_lines
@@ -44,7 +46,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
                     plot_file: Path | None) -> None:
     """`baseline` and `metric` as the user gave them: an unknown name is a ConfigError listing the known ones
     (a run's own baseline, from its sweep file, only gets a note in the rows)."""
-    _, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
+    records, rows, run_baseline, _ = comparison_rows(runs, baseline=baseline, metric=metric)
     if plot_file is not None:
         plots.plot(rows, metric, plot_file)
     if fmt == "markdown":
@@ -55,6 +57,7 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
         print(compare.to_json(rows, metric))
     else:
         print_comparison(out, rows, metric, chosen=not (baseline or run_baseline))
+        print_sparklines(out, runs, records, rows, metric)
     if plot_file is not None and fmt == "table":
         out.print(f"plot: {plot_file}", highlight=False)
 
@@ -94,13 +97,26 @@ def read_answers(store: ResultsStore, rec: Record) -> answers.AnswerSet | str:
         return str(exc)
 
 
-def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str) -> Path:
-    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path."""
+def print_sparklines(out: Console, runs: list[tuple[ResultsStore, str]], records: list[Record],
+                     rows: list[compare.Row], metric: str) -> None:
+    """Under the terminal's table only: each row's metric across the concurrency levels of a family of bench
+    cases (their max_concurrency read from the bench JSONL beside the records), as a sparkline."""
+    stores = {run_id: store for store, run_id in runs}
+    loads = families.read_loads(records, lambda rec, case: stores[rec.run_id].read_bench_lines(rec, case))
+    lines = families.sparkline_lines(families.families(rows, records, loads, (metric,)), metric)
+    for line in [""] + lines if lines else []:
+        out.print(Text(display_line(line)), soft_wrap=False)
+
+
+def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,
+                 against: dict[str, Any] | None = None) -> Path:
+    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path. `against`: the run against
+    an earlier one (nightstext.page_context), shown first."""
     from ..results.page import write_html
 
     records, rows, run_baseline, infos = comparison_rows(runs, baseline=baseline, metric=metric)
     return write_html(out_dir, records, rows, metric, stores={run_id: store for store, run_id in runs}, runs=infos,
-                      chosen_baseline=not (baseline or run_baseline))
+                      chosen_baseline=not (baseline or run_baseline), against=against)
 
 
 # ============================================================================ the comparison table
@@ -166,8 +182,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         body = ["case", compare.value_header("", metric).strip(), "vs base"]
     else:
         body = [h for c in cases for h in (compare.value_header(c, metric), f"{c} vs base")]
-    ans = any(r.answers for r in rows)
-    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else [])
+    ans, stacks = any(r.answers for r in rows), compare.mixed_stacks(rows)
+    headers = head + body + (["answers"] if ans else []) + (["top op"] if tops else []) + (["stack"] if stacks else [])
     empty = compare.Cell(None, None, 0, [])
     lines: Lines = []
     for r in rows:
@@ -175,7 +191,8 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
         label = r.label.removesuffix(f" @ {r.gpu}") if mixed else r.label  # the GPU column says it
         # Cells are printed as Text, as they are: the GPU and the top op are the host's words, shown escaped.
         start = [display_line(label), r.backend or "-"] + ([display_line(r.gpu or "-")] if mixed else []) + [status]
-        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else [])
+        end = ([r.answers or ""] if ans else []) + ([display_line(r.top_op or "-")] if tops else []) \
+            + ([r.stack_id or "-"] if stacks else [])
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
             pairs = [(compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)) for _, cell in cells]
@@ -240,7 +257,8 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
             facts = [line[at["experiment"]], line[at["backend"]]] + ([line[at["GPU"]]] if "GPU" in at else [])
             out.append("  ".join(facts) + ": " + line[at["status"]]
                        + (f"  (answers: {line[at['answers']]})" if "answers" in at and line[at["answers"]] else "")
-                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else ""))
+                       + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else "")
+                       + (f"  (stack {line[at['stack']]})" if "stack" in at else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
             out.append(f"    {case.ljust(pad)}  {val}  {ratio}")
@@ -267,6 +285,8 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
         text = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         if text:
             out.print(Text(display_line(f"[{notes[r.label]}] {r.label}: " + "; ".join(text))), soft_wrap=False)
+    for line in stack_legend([(r.stack_id, r.stack) for r in rows if r.stack_id and r.stack]):
+        out.print(Text(display_line(line)), soft_wrap=False)
     base = [r.label for r in rows if r.is_baseline]
     if base:
         why = f" (the first row that measured {metric}; choose another with --baseline)" if chosen else ""

@@ -155,10 +155,50 @@ class ChangedPaths(Message):
 
 
 @dataclass
+class GpuClocks(Message):
+    """One GPU's clocks (MHz) and power limit (W) as nvidia-smi shows them; None: not shown ([N/A]) or unknown.
+    The current clocks are an idle GPU's (read at preflight): kept, never compared."""
+
+    index: str = ""
+    sm_mhz: Optional[int] = None
+    mem_mhz: Optional[int] = None
+    sm_max_mhz: Optional[int] = None
+    mem_max_mhz: Optional[int] = None
+    app_sm_mhz: Optional[int] = None  # application clocks (`nvidia-smi -ac`) ...
+    app_mem_mhz: Optional[int] = None
+    default_app_sm_mhz: Optional[int] = None  # ... and the GPU's defaults: set clocks differ from these
+    default_app_mem_mhz: Optional[int] = None
+    power_limit_w: Optional[float] = None  # enforced
+    default_power_limit_w: Optional[float] = None
+    persistence_mode: Optional[bool] = None
+
+
+@dataclass
+class StackFacts(Message):
+    """The software and settings the server ran on (agent/stack.py): the target Python's packages (by their
+    metadata, nothing imported) and nvidia-smi's driver, clocks and power limit. Each fact not found is None."""
+
+    NESTED: ClassVar[Nested] = {"gpus": (GpuClocks, True)}
+
+    torch: Optional[str] = None
+    cuda_runtime: Optional[str] = None  # torch.version.cuda, read from torch/version.py
+    sgl_kernel: Optional[str] = None  # sgl-kernel, or sglang-kernel as it is named from 0.4
+    triton: Optional[str] = None
+    flashinfer: Optional[str] = None
+    sglang: Optional[str] = None  # the installed distribution's (the checkout's own: `server_version`)
+    packages: Optional[int] = None  # how many distributions the server's Python sees
+    packages_sha256: Optional[str] = None  # of their sorted "name==version" lines
+    driver: Optional[str] = None
+    cuda_driver: Optional[str] = None  # the newest CUDA the driver supports
+    gpus: Optional[list[GpuClocks]] = None  # the GPUs the server sees (CUDA_VISIBLE_DEVICES)
+
+
+@dataclass
 class PreflightFacts(Message):
     """What the preflight learned of the host (and, when it refused, why)."""
 
-    NESTED: ClassVar[Nested] = {"gpus": (GpuInfo, True), "locked_by": (LockHolder, False)}
+    NESTED: ClassVar[Nested] = {"gpus": (GpuInfo, True), "locked_by": (LockHolder, False),
+                                "stack": (StackFacts, False)}
 
     base_commit: Optional[str] = None
     server_version: Optional[str] = None
@@ -173,6 +213,7 @@ class PreflightFacts(Message):
     cannot_run: Optional[list[str]] = None  # refused: the experiment does not fit the host
     warnings: Optional[list[str]] = None  # `expect: crash`: what did not fit, run anyway
     locked_by: Optional[LockHolder] = None  # refused: another attempt holds the repo
+    stack: Optional[StackFacts] = None  # the environment fingerprint
 
 
 @dataclass

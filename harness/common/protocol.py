@@ -24,6 +24,7 @@ from .outcome import (
     ChangedPaths,
     GcEntry,
     GcReport,
+    GpuClocks,
     GpuInfo,
     Journal,
     JournalServer,
@@ -35,16 +36,18 @@ from .outcome import (
     RepoStatus,
     RevertReport,
     ServerFacts,
+    StackFacts,
     Status,
     StopReport,
 )
 from .wire import PROTOCOL, Message, Nested, ProtocolError
 
 __all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event",
-           "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest", "GpuInfo", "Journal", "JournalServer",
-           "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts",
-           "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus", "Requirements", "RevertReport",
-           "ServerFacts", "ServerSpec", "Spec", "Status", "StopReport", "Timeouts", "decode", "encode"]
+           "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest", "GpuClocks", "GpuInfo", "Journal",
+           "JournalServer", "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT",
+           "PreflightFacts", "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus", "Requirements",
+           "RevertReport", "ServerFacts", "ServerSpec", "Spec", "StackFacts", "Status", "StopReport", "Timeouts",
+           "decode", "encode"]
 
 
 class Mode(str, Enum):

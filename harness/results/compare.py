@@ -19,6 +19,7 @@ from .keyline import short_key_line as short_key_line  # the table's notes; view
 from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
 from .significance import mann_whitney_p
+from .stack import Fingerprint, differences, fingerprint, mixed, stack_id
 
 ALPHA = 0.05
 NOISY_CV = 0.05
@@ -69,6 +70,8 @@ class Row:
     expected: bool = False  # it crashed or hung, and the experiment said it would (`expect`)
     answers: str | None = None  # the answer check's cell (results/answers.py `attach`); None: no answers
     answer_verdict: Any = None  # answers.AnswerVerdict, when judged against a reference
+    stack: Fingerprint | None = None  # the environment fingerprint's facts (stack.py); None: not recorded
+    stack_id: str | None = None
 
 
 def lower_is_better(metric: str) -> bool:
@@ -131,6 +134,11 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
         status = Counter(r.status for r in recs).most_common(1)[0][0]
     row = Row(label=label, experiment=exp, run_id=run_id, backend=latest.backend, gpu=gpu, status=status,
               attempts=len(recs), ok=len(ok), provenance=_provenance(ok[-1] if ok else latest))
+    row.stack = fingerprint(ok[-1] if ok else latest)
+    row.stack_id = stack_id(row.stack)
+    pooled = mixed(ok)  # samples from unlike hosts in one row
+    if pooled:
+        row.notes.append(f"attempts ran on {len(pooled)} stacks ({', '.join(pooled)})")
     failing = [r for r in recs if r.status == status] if status != Status.OK else []
     if failing:
         f = failing[-1]
@@ -163,7 +171,8 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
 
 def _provenance(rec: Record) -> dict[str, str | None]:
     p = rec.provenance
-    return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host}
+    return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host,
+            "stack": stack_id(fingerprint(rec))}  # a baseline on the same stack is preferred
 
 
 def _cell(samples: list[float]) -> Cell:
@@ -194,11 +203,14 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
         # The baseline measured under the same conditions, when there is one.
         base = next((b for b in candidates if b.provenance == row.provenance or
                      (b.gpu == row.gpu and b.run_id == row.run_id)), candidates[0])
-        diffs = [k for k in ("gpu", "server_version", "base_commit")
-                 if base.provenance.get(k) != row.provenance.get(k)]
+        diffs = [f"{k} {_short(row.provenance.get(k))} vs {_short(base.provenance.get(k))}"
+                 for k in ("gpu", "server_version", "base_commit") if base.provenance.get(k) != row.provenance.get(k)]
+        stack_diffs, stack_notes = differences(row.stack, base.stack)
+        diffs += stack_diffs
         if diffs and row is not base and row.status == Status.OK:
-            what = ", ".join(f"{k} {_short(row.provenance.get(k))} vs {_short(base.provenance.get(k))}" for k in diffs)
-            row.notes.append(f"not comparable to the baseline: {what}")
+            row.notes.append(f"not comparable to the baseline: {', '.join(diffs)}")
+        if stack_notes and row is not base and row.status == Status.OK:
+            row.notes.append(f"stack differs from the baseline's beyond what matters: {', '.join(stack_notes)}")
         for case, cell in row.cells.items():
             bcell = base.cells.get(case)
             if row is base or bcell is None or cell.median is None or not bcell.median:
@@ -280,6 +292,11 @@ def mixed_gpus(rows: list[Row]) -> bool:
     return len({r.gpu for r in rows if r.gpu}) > 1
 
 
+def mixed_stacks(rows: list[Row]) -> bool:
+    """Rows that ran on different stacks: the table shows each row's stack id."""
+    return len({r.stack_id for r in rows if r.stack_id}) > 1
+
+
 def value_header(case: str, metric: str) -> str:
     unit = metric_unit(metric)
     return f"{case} median ± CV" + (f", {unit}" if unit else "")
@@ -294,7 +311,7 @@ def columns(rows: list[Row], metric: str = "") -> list[str]:
         cols.append("answers")
     if any(r.top_op for r in rows):
         cols.append("top op")
-    return cols + ["notes"]
+    return cols + (["stack"] if mixed_stacks(rows) else []) + ["notes"]
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
@@ -312,6 +329,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
             line.append(r.answers or "")
         if any(x.top_op for x in rows):
             line.append(r.top_op or "-")
+        if mixed_stacks(rows):
+            line.append(r.stack_id or "-")
         line.append("; ".join(notes))
         out.append(line)
     return out
@@ -336,7 +355,7 @@ def to_csv(rows: list[Row]) -> str:
             "as_expected"]
     for c in cases:
         head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
-    w.writerow(head + ["answers", "top_op", "notes"])
+    w.writerow(head + ["answers", "top_op", "stack", "notes"])
     for r in rows:
         line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
                               r.key_line, r.attempts, r.ok, r.expected]
@@ -345,7 +364,7 @@ def to_csv(rows: list[Row]) -> str:
             line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
         # A spreadsheet or a terminal shows these: a host's words (GPU, op names) with their controls escaped.
         w.writerow([display_line(x) if isinstance(x, str) else x
-                    for x in line + [r.answers, r.top_op, "; ".join(r.notes)]])
+                    for x in line + [r.answers, r.top_op, r.stack_id, "; ".join(r.notes)]])
     return buf.getvalue()
 
 

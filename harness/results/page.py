@@ -1,8 +1,8 @@
 """A night's sweep as one self-contained page (`harness report --html DIR`, and the end of `harness demo`).
 
-The page is static HTML: CSS inline, plots inline SVG (drawn by matplotlib when the page is built, so no
-browser, server or network is needed to read it), the failed attempts' log excerpts copied beside it under
-`logs/` and linked relatively — the folder opens from disk or from any static host.
+The page is static HTML: CSS inline, charts inline SVG (svgcharts.py draws them when the page is built, with
+no extra installed, so no browser, server or network is needed to read it), the failed attempts' log excerpts
+copied beside it under `logs/` and linked relatively — the folder opens from disk or from any static host.
 
 `build_context` is pure (rows and records in, a dict for the template out); `write_html` reads the log
 excerpts, renders the template and writes the folder (outdir.py: only files the harness wrote are ever
@@ -12,8 +12,6 @@ replaced). The numbers and their words come from `report`
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import os
 import re
 import time
@@ -27,14 +25,14 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import compare, outdir, plots, significance
+from . import compare, families, nights, outdir, stack, svgcharts
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"
-NO_MATPLOTLIB = ("matplotlib is not installed, so this page has no plots (the table above has every number). "
-                 "Install it with: pip install 'harness[plot]', then write the page again.")
+NO_PARETO = ("No latency–throughput chart: it needs bench cases that differ only in max_concurrency (read from the "
+             "bench JSONL beside each record), measured at two levels or more.")
 REFUSED = {Status.PREFLIGHT_FAILED: "refused before launch"}
 
 AttemptKey = tuple[str, str, str]  # run, experiment, attempt
@@ -55,8 +53,8 @@ def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
     headers = ["experiment", "backend", "GPU", "status"]
     for c in cases:
         headers += [compare.value_header(c, metric), f"{c} vs base"]
-    ans = any(r.answers for r in rows)
-    headers += (["answers"] if ans else []) + (["top op"] if tops else []) + ["notes"]
+    ans, stacks = any(r.answers for r in rows), compare.mixed_stacks(rows)
+    headers += (["answers"] if ans else []) + (["top op"] if tops else []) + (["stack"] if stacks else []) + ["notes"]
     empty = compare.Cell(None, None, 0, [])
     lines = []
     for r in rows:
@@ -75,11 +73,18 @@ def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
                           "title": None if v is None else f"{v.diverged} of {v.prompts} prompts diverged, {v.bad} bad"})
         if tops:
             cells.append({"text": r.top_op or "-"})
+        if stacks:
+            cells.append({"text": r.stack_id or "-", "cls": "mono", "title": stack_title(r)})
         notes = ([compare.short_key_line(r.key_line)] if r.key_line else []) + r.notes
         cells.append({"text": "; ".join(notes), "cls": "notes"})
         cells = [{"cls": None, "title": None, "p": None, **c} for c in cells]  # every key, for the template
         lines.append({"label": r.label, "baseline": r.is_baseline, "status": status_class(r), "cells": cells})
     return {"headers": headers, "rows": lines, "baseline": [r.label for r in rows if r.is_baseline]}
+
+
+def stack_title(row: compare.Row) -> str | None:
+    """What the stack id names, for its tooltip: "torch 2.9.1+cu128, CUDA runtime 12.8, …"."""
+    return ", ".join(f"{k} {v}" for k, v in (row.stack or {}).items() if v) or None
 
 
 def status_class(row: compare.Row) -> str:
@@ -133,6 +138,7 @@ def provenance(records: list[Record], runs: Mapping[str, RunInfo | None]) -> dic
     """Where and on what the runs ran: one line per run and host, and every patch set's hash."""
     hosts: dict[tuple[str, str], dict[str, Any]] = {}
     patches: dict[tuple[str, str], set[str]] = {}
+    stacks: dict[tuple[str, str, str], stack.Fingerprint] = {}
     for rec in records:
         p = rec.provenance
         line = hosts.setdefault((rec.run_id, rec.host), {
@@ -145,12 +151,18 @@ def provenance(records: list[Record], runs: Mapping[str, RunInfo | None]) -> dic
                 line[k].add(value)
         for name, digest in p.patch_sets.items():
             patches.setdefault((rec.run_id, name), set()).add(digest)
+        fp = stack.fingerprint(rec)
+        if fp is not None:
+            stacks[(rec.run_id, rec.host, stack.stack_id(fp) or "")] = fp
     lines = [{k: (", ".join(sorted(v)) or "-") if isinstance(v, set) else v for k, v in h.items()}
              for _, h in sorted(hosts.items())]
     return {
         "hosts": lines,
         "patches": [{"run": run, "name": name, "sha256": ", ".join(sorted(d))}
                     for (run, name), d in sorted(patches.items())],
+        "stack_facts": [k for k in stack.MATTERS + stack.NOTE_ONLY if k != "driver"],
+        "stacks": [{"run": run, "host": host, "id": sid, **{k: v or "-" for k, v in fp.items()}}
+                   for (run, host, sid), fp in sorted(stacks.items())],
         "runs": [{"run": run_id, "sweep": info.sweep if info else None, "created": info.created if info else None,
                   "baseline": info.baseline if info else None, "planned": len(info.attempts) if info else None}
                  for run_id, info in runs.items()],
@@ -172,6 +184,9 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
                 out.setdefault(k, set()).update([value] if value else [])
             for name, digest in p.patch_sets.items():
                 out.setdefault(f"patch set {name}", set()).add(digest[:12])
+            for k, value in (stack.fingerprint(rec) or {}).items():
+                if k not in ("FlashInfer", "GPU", "driver"):  # listed above, or as the full driver version
+                    out.setdefault(f"stack: {k}", set()).update([value] if value else [])
         return out
 
     fa, fb = facts(run_a), facts(run_b)
@@ -190,19 +205,16 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
         if ra.status != rb.status or ra.expected != rb.expected:
             moved.append({"experiment": name(e, g), "case": "status", "a": compare.status_text(ra),
                           "b": compare.status_text(rb), "change": "status changed", "cls": "v-na"})
+        other_stack = stack.differences(rb.stack, ra.stack)[0]  # what makes B's numbers not comparable to A's
+        if other_stack:
+            moved.append({"experiment": name(e, g), "case": "stack", "a": ra.stack_id or "-", "b": rb.stack_id or "-",
+                          "change": "not comparable: " + ", ".join(other_stack), "cls": "v-na"})
         for case in sorted(set(ra.cells) & set(rb.cells)):
             ca, cb = ra.cells[case], rb.cells[case]
             if not ca.median or cb.median is None:
                 continue
-            ratio = cb.median / ca.median
-            cell = compare.Cell(cb.median, cb.cv, cb.n, cb.samples, ratio=ratio)
-            if min(ca.n, cb.n) < compare.MIN_SAMPLES:
-                cell.verdict = "few"
-            else:
-                cell.p_value = significance.mann_whitney_p(cb.samples, ca.samples)
-                better = ratio < 1 if compare.lower_is_better(metric) else ratio > 1
-                cell.verdict = ("same" if cell.p_value >= compare.ALPHA or ratio == 1
-                                else "better" if better else "worse")
+            # B against A: the one rule, `compare --against`'s; across stacks a ratio without a verdict
+            cell = nights.judge(ca, cb, metric, comparable=not other_stack)
             moved.append({"experiment": name(e, g), "case": case, "a": compare.cell_text(ca),
                           "b": compare.cell_text(cb), "change": compare.ratio_text(cell, False),
                           "cls": f"v-{cell.verdict.replace('/', '')}"})
@@ -217,10 +229,12 @@ def summary(records: list[Record]) -> list[dict[str, Any]]:
 
 
 def build_context(records: list[Record], rows: list[compare.Row], metric: str, *,
-                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]] | None,
-                  logs: Mapping[AttemptKey, str] | None = None, chosen_baseline: bool = False,
-                  generated: str | None = None) -> dict[str, Any]:
-    """Everything the template shows. `plots`: one {case, svg} per bench case, or None without matplotlib."""
+                  runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]],
+                  pareto: list[dict[str, Any]] | None = None, logs: Mapping[AttemptKey, str] | None = None,
+                  chosen_baseline: bool = False, generated: str | None = None,
+                  against: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the template shows. `plots`: one {case, svg} per bench case; `pareto`: the latency–throughput
+    charts (svgcharts.py). `against`: the run against an earlier one (nightstext.page_context), or None."""
     run_ids = list(runs)
     diff = changes(records, rows, metric, run_ids[0], run_ids[1]) if len(run_ids) == 2 else None
     unit = compare.metric_unit(metric)
@@ -235,50 +249,28 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
         "chosen_baseline": chosen_baseline,
         "attempts": len(records), "summary": summary(records),
         "table": table_context(rows, metric),
-        "plots": plots, "plots_note": None if plots is not None else NO_MATPLOTLIB,
+        "plots": plots, "pareto": pareto or [], "pareto_note": None if pareto else NO_PARETO,
         "failures": failures(records, logs or {}),
         "top_ops": top_ops(records),
         "provenance": provenance(records, runs),
         "changes": diff,
+        "against": against,
     }
 
 
-# ============================================================================ plots (matplotlib, optional)
+# ============================================================================ charts (svgcharts.py, no extra)
 
 
-def case_plots(rows: list[compare.Row], metric: str) -> list[dict[str, Any]] | None:
-    """One inline SVG per bench case (plots.plot_figure's panel), or None when matplotlib is missing."""
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    cases = sorted({c for r in rows for c in r.cells})
-    out = []
-    for i, case in enumerate(cases):
-        only = [dataclasses.replace(r, cells={case: r.cells[case]} if case in r.cells else {}) for r in rows]
-        fig = plots.plot_figure(only, metric)
-        buf = io.StringIO()
-        # text stays text (small, searchable, readable in the DOM); the same hash salt: the same page twice
-        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "harness"}):
-            fig.savefig(buf, format="svg", metadata={"Date": None})
-        # The page's width, up to a little over the drawn size (text at its size, not blown up); many rows
-        # keep ~45 px each (labels readable) and scroll sideways on a narrow screen.
-        drawn = round(fig.get_figwidth() * 96)
-        out.append({"case": case, "svg": scoped_svg(buf.getvalue(), f"plot{i}-"),
-                    "min_width": min(drawn, 45 * len(rows)), "max_width": round(drawn * 1.25)})
-    return out
+def charts(records: list[Record], rows: list[compare.Row], metric: str,
+           stores: Mapping[str, ResultsStore]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The page's charts: one per bench case, and the latency–throughput ones of each family of cases (their
+    max_concurrency read from the bench JSONL beside the records)."""
+    def read(rec: Record, case: str) -> list[dict[str, Any]]:
+        store = stores.get(rec.run_id)
+        return store.read_bench_lines(rec, case) if store is not None else []
 
-
-_SVG_START = re.compile(r"^.*?(?=<svg)", re.S)
-_IDS = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
-
-
-def scoped_svg(svg: str, prefix: str) -> str:
-    """An SVG document as an inline element: no XML prolog or doctype, its ids prefixed (several plots on one
-    page must not share clip paths or markers), and sized by the page (its viewBox keeps the aspect)."""
-    svg = _SVG_START.sub("", svg, count=1)
-    svg = _IDS.sub(lambda m: m.group(1) + prefix + m.group(2), svg)
-    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', svg, count=1)
+    fams = families.families(rows, records, families.read_loads(records, read))
+    return svgcharts.case_plots(rows, metric), svgcharts.pareto_plots(fams)
 
 
 # ============================================================================ writing the folder
@@ -322,7 +314,7 @@ def _safe(name: str) -> str:
 
 def _shown(value: Any) -> Any:
     """Every value the page prints: a host's control characters shown escaped (autoescape then makes it HTML);
-    markup the harness made itself (the plots' SVG, marked safe) is left as it is."""
+    markup the harness made itself (the charts' SVG, marked safe) is left as it is."""
     from markupsafe import Markup
 
     if isinstance(value, str) and not isinstance(value, Markup):
@@ -341,14 +333,15 @@ def render(context: dict[str, Any]) -> str:
 
 def write_html(out_dir: Path, records: list[Record], rows: list[compare.Row], metric: str, *,
                stores: Mapping[str, ResultsStore], runs: Mapping[str, RunInfo | None],
-               chosen_baseline: bool = False) -> Path:
+               chosen_baseline: bool = False, against: dict[str, Any] | None = None) -> Path:
     """Write the page and its log excerpts into `out_dir` (created; an earlier page of ours there is replaced,
     anything else there refused: outdir.write_folder); the page's path."""
     outdir.check(out_dir)  # refuse a foreign folder before the work of building the page
     excerpts = log_excerpts(records, stores)
     logs = {key: "/".join(quote(part) for part in rel.split("/")) for key, (rel, _) in excerpts.items()}
-    context = build_context(records, rows, metric, runs=runs, plots=case_plots(rows, metric), logs=logs,
-                            chosen_baseline=chosen_baseline)
+    plots, pareto = charts(records, rows, metric, stores)
+    context = build_context(records, rows, metric, runs=runs, plots=plots, pareto=pareto, logs=logs,
+                            chosen_baseline=chosen_baseline, against=against)
     contents = {rel: text.encode("utf-8") for rel, text in excerpts.values()}
     contents[PAGE] = render(context).encode("utf-8")
     outdir.write_folder(out_dir, contents)

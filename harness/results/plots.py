@@ -1,5 +1,6 @@
-"""The comparison drawn (matplotlib, the optional extra `plot`): one panel per bench case, a bar per row at its
-median and every repeat as a dot; `harness compare --plot` writes it as a PNG, the HTML report inlines it."""
+"""`harness compare --plot FILE`: the comparison drawn, one panel per bench case. An .svg file is drawn by
+svgcharts.py (no extra, the page's own charts); PNG, PDF and the rest by matplotlib (the optional extra `plot`):
+a bar per row at its median and every repeat as a dot."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..common.protocol import Status
 from ..errors import ConfigError
 from . import outdir
 from .compare import Row, lower_is_better, metric_unit
+from .svgcharts import case_plots_file
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -20,10 +22,14 @@ MARK_KEY = {"png": "Software", "svg": "Creator", "pdf": "Creator", "ps": "Creato
 
 
 def plot(rows: list[Row], metric: str, path: Path | str) -> None:
-    """Write `plot_figure` (matplotlib extra) in the format of `path`'s suffix (PNG without one), atomically;
+    """Write the plot in the format of `path`'s suffix (PNG without one; SVG without matplotlib), atomically;
     a file at `path` is replaced only when the harness wrote it (outdir.check_output_file)."""
     path = Path(path)
     fmt = path.suffix[1:].lower() or "png"
+    if fmt == "svg":  # the page's charts, stacked: no matplotlib needed
+        outdir.check_output_file(path, MARK.encode(), "--plot")
+        outdir.replace_file(path, case_plots_file(rows, metric, MARK).encode("utf-8"))
+        return
     fig = plot_figure(rows, metric)
     if fmt not in fig.canvas.get_supported_filetypes():
         raise ConfigError(f"{path}: matplotlib cannot write .{fmt} files",
@@ -44,7 +50,8 @@ def plot_figure(rows: list[Row], metric: str) -> Figure:
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
     except ImportError:
-        raise ConfigError("--plot needs matplotlib", hint="pip install 'harness[plot]'") from None
+        raise ConfigError("--plot needs matplotlib for this file type",
+                          hint="pip install 'harness[plot]', or give --plot an .svg file (no extra needed)") from None
     cases = sorted({c for r in rows for c in r.cells}) or ["-"]
     unit = metric_unit(metric)
     fig = Figure(figsize=(max(6, len(rows) * 1.1), 3.4 * len(cases)), layout="constrained")

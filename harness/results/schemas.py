@@ -112,6 +112,40 @@ class AnswersStats(_Strict):
     error: DisplayText | None = None  # answers.json came but cannot be read
 
 
+class ClocksInfo(_Strict):
+    """One GPU's clocks (MHz) and power limit (W) as nvidia-smi showed them at preflight (protocol.GpuClocks)."""
+
+    index: DisplayLine | None = None
+    sm_mhz: int | None = None  # current: an idle GPU's, kept but never compared
+    mem_mhz: int | None = None
+    sm_max_mhz: int | None = None
+    mem_max_mhz: int | None = None
+    app_sm_mhz: int | None = None  # application clocks: set (`nvidia-smi -ac`) when they differ from the defaults
+    app_mem_mhz: int | None = None
+    default_app_sm_mhz: int | None = None
+    default_app_mem_mhz: int | None = None
+    power_limit_w: float | None = None  # enforced
+    default_power_limit_w: float | None = None
+    persistence_mode: bool | None = None
+
+
+class StackInfo(_Strict):
+    """The environment fingerprint (protocol.StackFacts): what the server ran on beside SGLang's source. A
+    fact the agent could not read is null; records from before it have no `stack` at all."""
+
+    torch: DisplayLine | None = None
+    cuda_runtime: DisplayLine | None = None  # torch.version.cuda
+    sgl_kernel: DisplayLine | None = None
+    triton: DisplayLine | None = None
+    flashinfer: DisplayLine | None = None
+    sglang: DisplayLine | None = None  # the installed distribution's version
+    packages: int | None = None  # distributions the server's Python sees
+    packages_sha256: DisplayLine | None = None  # of their sorted "name==version" lines
+    driver: DisplayLine | None = None
+    cuda_driver: DisplayLine | None = None
+    gpus: list[ClocksInfo] | None = None
+
+
 class Provenance(_Strict):
     base_commit: str | None = None
     patch_sets: dict[str, str] = {}  # name → sha256 of its contents
@@ -123,6 +157,7 @@ class Provenance(_Strict):
     arch: str | None = None
     agent_python: str | None = None
     hostname: str | None = None
+    stack: StackInfo | None = None  # torch, CUDA, driver, clocks, … (results/stack.py compares them)
 
 
 class SweepAttempt(_Strict):

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, ResultsError
+from .metrics import parse_jsonl
 from .schemas import RUN_SCHEMA, SCHEMA, Record, RunInfo
 
 PROVISIONAL = "record.partial.json"  # an attempt's record while it runs (see `ResultsStore.write_provisional`)
@@ -253,6 +254,22 @@ class ResultsStore:
             raise ResultsError(f"cannot read {path}: {exc.strerror}") from None
         except ValueError as exc:
             raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+
+    def read_bench_lines(self, rec: Record, case: str, limit: int = 1) -> list[dict[str, Any]]:
+        """The first `limit` lines of SGLang's JSONL for bench case `case` beside a record (bench_serving's
+        settings, e.g. max_concurrency, are in every line); [] when it is missing or unreadable."""
+        path = self.run_path(rec.run_id) / rec.experiment / rec.attempt / f"bench-{Path(case).name}.jsonl"
+        lines: list[str] = []
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.strip():
+                        lines.append(line)
+                    if len(lines) >= limit:
+                        break
+        except OSError:
+            return []
+        return parse_jsonl("".join(lines))
 
     def final_records(self, run_id: str) -> list[Record]:
         """The run's results: final records of the run's current plan (a record keyed by an older plan —

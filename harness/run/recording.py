@@ -117,6 +117,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         arch=pre.arch,
         agent_python=follow.hello.python if follow.hello else None,
         hostname=follow.hello.hostname if follow.hello else None,
+        stack=plain(pre.stack),
     )
     # Secret flags' values go whatever their length; any other secret inside an argument is masked too.
     argv = [mask_secrets(a, follow.secrets) if isinstance(a, str) else a for a in redact_argv(spec.server.argv)]

@@ -37,6 +37,11 @@ STATE_DIR_NAME = "sglang-sim"  # inside the venv
 # The simulated FlashInfer's version: what SGLang 0.5.23 ships with. Its MLA behaviour with an FP8 KV
 # cache depends on it (see README.md); mirrors sglang/_sim/flashinfer/jit.py.
 DEFAULT_FLASHINFER_VERSION = "0.7.2"
+# The rest of the simulated installation, as `importlib.metadata` reports it (what the harness agent's
+# environment fingerprint reads): the stack SGLang 0.5.23 runs on, plausible rather than measured.
+STACK_DISTS = {"torch": ("2.9.1+cu128", "torch"), "triton": ("3.5.1", "triton"),
+               "sglang-kernel": ("0.4.1", "sgl_kernel"), "nvidia-cuda-runtime-cu12": ("12.8.90", "nvidia")}
+TORCH_CUDA = "12.8"
 _VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?$")
 
 _GIT_IDENTITY = ("-c", "user.name=sglang-sim", "-c", "user.email=sglang-sim@example.invalid")
@@ -128,31 +133,58 @@ def _make_venv(dest: Path, flashinfer_version: str = DEFAULT_FLASHINFER_VERSION)
     pth = site_packages[0] / f"__editable__.sglang-{SGLANG_VERSION}.pth"
     pth.write_text(str(dest / "python") + "\n")
     _write_flashinfer_dist_info(site_packages[0], flashinfer_version)
+    _write_stack(site_packages[0], dest)
     smi = env_dir / "bin" / "nvidia-smi"
     smi.write_text(_NVIDIA_SMI)
     smi.chmod(smi.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return env_dir / "bin" / "python"
 
 
-def _write_flashinfer_dist_info(site_packages: Path, version: str) -> None:
-    """What `pip install flashinfer-python==<version>` leaves for importlib.metadata to find: the
-    harness agent reads the server's FlashInfer version with importlib.metadata.version("flashinfer-python")."""
-    info = site_packages / f"flashinfer_python-{version}.dist-info"
+def _write_dist_info(site_packages: Path, name: str, version: str, top_level: str, summary: str) -> Path:
+    """What `pip install <name>==<version>` leaves for importlib.metadata to find (its metadata only)."""
+    folder = f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    info = site_packages / folder
     info.mkdir()
     (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\n"
-        "Name: flashinfer-python\n"
-        f"Version: {version}\n"
-        "Summary: FlashInfer: Kernel Library for LLM Serving (simulated by the harness; the kernels "
-        "live in sglang._sim.flashinfer)\n"
-        "Requires-Python: >=3.8\n"
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {summary}\nRequires-Python: >=3.8\n"
     )
     (info / "INSTALLER").write_text("sglang-sim\n")
-    (info / "top_level.txt").write_text("flashinfer\n")
+    (info / "top_level.txt").write_text(top_level + "\n")
     (info / "RECORD").write_text(
-        "".join(f"flashinfer_python-{version}.dist-info/{name},,\n" for name in ("METADATA", "INSTALLER",
-                                                                                "top_level.txt", "RECORD"))
+        "".join(f"{folder}/{f},,\n" for f in ("METADATA", "INSTALLER", "top_level.txt", "RECORD"))
     )
+    return info
+
+
+def _write_flashinfer_dist_info(site_packages: Path, version: str) -> None:
+    """The harness agent reads the server's FlashInfer version with importlib.metadata."""
+    _write_dist_info(site_packages, "flashinfer-python", version, "flashinfer",
+                     "FlashInfer: Kernel Library for LLM Serving (simulated by the harness; the kernels live in "
+                     "sglang._sim.flashinfer)")
+
+
+def _write_stack(site_packages: Path, dest: Path) -> None:
+    """The rest of the installation's metadata: torch, Triton, sgl-kernel, the CUDA runtime, and SGLang itself
+    (an editable install), plus torch/version.py as torch's build writes it (what torch.version.cuda reads).
+    The `torch` package refuses to be imported: the simulation's tensors are sglang._sim.torch."""
+    for name, (version, top) in STACK_DISTS.items():
+        _write_dist_info(site_packages, name, version, top, "simulated by the harness (metadata only)")
+    info = _write_dist_info(site_packages, "sglang", SGLANG_VERSION, "sglang", "SGLang (the simulated checkout)")
+    (info / "direct_url.json").write_text(json.dumps({"url": (dest / "python").as_uri(),
+                                                      "dir_info": {"editable": True}}) + "\n")
+    torch = site_packages / "torch"
+    torch.mkdir()
+    (torch / "__init__.py").write_text(
+        'raise ImportError("the simulated SGLang target has no torch: its tensors are sglang._sim.torch")\n')
+    (torch / "version.py").write_text(
+        "from typing import Optional\n\n"
+        "__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n"
+        f"__version__ = '{STACK_DISTS['torch'][0]}'\n"
+        "debug = False\n"
+        f"cuda: Optional[str] = '{TORCH_CUDA}'\n"
+        "git_version = '0000000000000000000000000000000000000000'\n"
+        "hip: Optional[str] = None\n"
+        "xpu: Optional[str] = None\n")
 
 
 def _write_gpu_facts(state_dir: Path, arch: str, gpus: int,

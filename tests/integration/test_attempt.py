@@ -55,6 +55,10 @@ def test_stock_run_benchmarks_and_leaves_tree_identical(tmp_path, host, sim_targ
     assert rec.metrics["conc4"]["output_throughput"] > rec.metrics["decode-bs1"]["output_throughput"]
     assert "The server is fired up and ready to roll!" in (d / "server.log").read_text()
     assert rec.provenance.server_version == "0.5.23" and rec.provenance.base_commit
+    stack = rec.provenance.stack  # the environment fingerprint, from the sim's Python and nvidia-smi
+    assert stack is not None and (stack.torch, stack.cuda_runtime, stack.sgl_kernel, stack.triton, stack.sglang,
+                                  stack.driver) == ("2.9.1+cu128", "12.8", "0.4.1", "3.5.1", "0.5.23", "570.133.20")
+    assert stack.packages_sha256 and [g.power_limit_w for g in stack.gpus or []] == [700.0] * 8
     assert rec.timings["ready_s"] > 0 and rec.timings["bench_s"] > 0
     assert_host_as_found(sim_target.repo, before, run_id, rec)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -396,7 +398,9 @@ def test_demo_writes_a_self_contained_page(demo_run):
                 "sim-cutlass_mla"):
         assert any(exp in e for e in exps), (exp, exps)
     cases = {c for r in demo_records(demo_run.folder) for c in r["metrics"]}
-    assert cases and html.svgs == len(cases)  # one plot per bench case
+    assert cases and html.charts.count("plot") == len(cases)  # one plot per bench case
+    # decode-bs1 and conc8 differ only in max_concurrency (1, 8): median ITL and TTFT against throughput
+    assert html.charts.count("pareto") == 2 and "matplotlib" not in text
     crash = [f for f in html.failures if "sim-fp8-kv-into-mla-plan" in f]
     assert crash and all("ckv_scale_arr" in f or "SM90 (Hopper)" in f for f in crash)
     assert any("refused before launch" in f and "sim-cutlass_mla" in f for f in html.failures)
@@ -410,6 +414,33 @@ def demo_records(tmp_path: Path) -> list[dict]:
     return [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
 
 
+# Appended to a copy of the page: what Chromium laid out for each chart, as JSON in a <pre> of the dumped DOM.
+PROBE = """<script>
+const drawn = [...document.querySelectorAll("svg")].map(s => {
+  const box = s.getBoundingClientRect(), style = getComputedStyle(s), fig = s.closest("figure");
+  const legend = {};
+  s.querySelectorAll(".legend-entry text").forEach(t => { legend[t.textContent] = t.getBBox().width; });
+  return {figure: fig ? fig.className : "", width: box.width, height: box.height, legend: legend,
+          visible: style.display !== "none" && style.visibility !== "hidden"};
+});
+const pre = document.createElement("pre");
+pre.id = "probe";
+pre.textContent = JSON.stringify(drawn);
+document.body.appendChild(pre);
+</script>"""
+
+
+def charts_as_drawn(browser: list[str], page: Path, tmp_path: Path) -> list[dict]:
+    """Each <svg> of the page as headless Chromium lays it out: its figure's class, size, visibility and
+    legend texts with their drawn widths (PROBE, run in a copy of the page: it loads nothing from beside it)."""
+    probe = tmp_path / "probe.html"  # a copy: the report folder holds only the harness's own files
+    probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    dom = subprocess.run(browser + ["--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
+    assert dom.returncode == 0 and found, dom.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -421,7 +452,8 @@ ARTIFACTS = Path(os.environ.get("HARNESS_TEST_ARTIFACTS") or Path(tempfile.gette
 @pytest.mark.skipif(chromium() is None, reason="no chromium on PATH: scripts/test installs it (apt-get install chromium)")
 def test_demo_page_in_a_real_browser(demo_run, tmp_path, capsys):
     """The demo's page as Chromium renders it, opened from disk: the DOM a reader sees has the table's rows,
-    a plot per case and the crash with its key line; screenshots in light and dark mode are kept."""
+    a plot per case, the latency–throughput charts, each drawn at a real size with its legend, and the crash
+    with its key line; screenshots in light and dark mode are kept."""
     page = demo_page(demo_run)
     browser = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1366,2400"]
@@ -430,7 +462,16 @@ def test_demo_page_in_a_real_browser(demo_run, tmp_path, capsys):
     seen = Page(dom.stdout)
     assert any("sim-flashinfer-mla" in r[0] for r in seen.rows) and any("▲" in "".join(r) for r in seen.rows)
     cases = {c for r in demo_records(demo_run.folder) for c in r["metrics"]}
-    assert seen.svgs == len(cases) >= 1
+    assert seen.charts.count("plot") == len(cases) >= 1 and seen.charts.count("pareto") == 2
+    drawn = charts_as_drawn(browser, page, tmp_path)
+    assert [c["figure"] for c in drawn] == seen.charts
+    for c in drawn:  # laid out at a readable size, not hidden, its legend's words drawn with a width
+        assert c["visible"] and c["width"] > 400 and c["height"] > 150, c
+        assert c["legend"] and all(w > 0 for w in c["legend"].values()), c
+    ran = {r["experiment"] for r in demo_records(demo_run.folder) if r["status"] == "ok"}
+    for c in drawn:
+        if c["figure"] == "pareto":  # a line per experiment that ran, named in the legend
+            assert all(any(label.startswith(e) for label in c["legend"]) for e in ran), (ran, c["legend"])
     assert any("sim-fp8-kv-into-mla-plan" in f and ("ckv_scale_arr" in f or "SM90 (Hopper)" in f)
                for f in seen.failures)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

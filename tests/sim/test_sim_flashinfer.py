@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from harness.agent.target import read_package_version
+from harness.agent.stack import probe_packages
 from harness.sim import DEFAULT_FLASHINFER_VERSION, init_target
 from tests.sim.simproc import FP8_PATCH, READY_LINE, free_port, http, server_args
 
@@ -140,8 +140,7 @@ def test_init_records_the_version_where_the_agent_and_the_sim_read_it(tmp_path):
     assert facts["flashinfer_version"] == "0.6.13"
     # What the harness agent runs on a host: importlib.metadata in the server's Python.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    assert read_package_version(str(target.python), env, "flashinfer-python") == "0.6.13"
-    assert read_package_version(str(target.python), env, "flashinfer_python") == "0.6.13"
+    assert probe_packages(str(target.python), env).flashinfer == "0.6.13"
     infos = list((target.repo / ".venv").glob("lib/python*/site-packages/flashinfer_python-*.dist-info"))
     assert [p.name for p in infos] == ["flashinfer_python-0.6.13.dist-info"]
     out = subprocess.run([str(target.python), "-c", "import sglang._sim.flashinfer as f; print(f.__version__)"],
@@ -152,7 +151,7 @@ def test_init_records_the_version_where_the_agent_and_the_sim_read_it(tmp_path):
     head = ["git", "rev-parse", "HEAD"]
     assert subprocess.run(head, cwd=target.repo, capture_output=True, text=True).stdout == \
         subprocess.run(head, cwd=default.repo, capture_output=True, text=True).stdout
-    assert read_package_version(str(default.python), env, "flashinfer-python") == DEFAULT_FLASHINFER_VERSION == "0.7.2"
+    assert probe_packages(str(default.python), env).flashinfer == DEFAULT_FLASHINFER_VERSION == "0.7.2"
 
 
 def test_init_refuses_a_bad_version(tmp_path):

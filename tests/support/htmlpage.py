@@ -15,6 +15,7 @@ class Page(HTMLParser):
         self.stack: list[tuple[str, dict[str, str | None]]] = []
         self.rows: list[list[str]] = []
         self.svgs = 0
+        self.charts: list[str] = []  # each <svg>: the class of the figure it is in ("plot", "pareto"; "" for none)
         self.failures: list[str] = []
         self.urls: list[str] = []
         self.css = ""
@@ -31,6 +32,8 @@ class Page(HTMLParser):
                 self.urls.append(a[k] or "")
         if tag == "svg":
             self.svgs += 1
+            figure = next((fa for t, fa in reversed(self.stack) if t == "figure"), None)
+            self.charts.append((figure or {}).get("class") or "")
         if tag == "tr" and self._inside("table", "comparison") and self._inside("tbody"):
             self.rows.append([])
         if tag == "td" and self.rows and self._inside("table", "comparison"):

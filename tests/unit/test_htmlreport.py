@@ -142,7 +142,7 @@ def test_page_shows_table_plots_failures_provenance_and_dark_mode(store, tmp_pat
     assert {r[0] for r in p.rows} == {"base", "fast", "crashy", "hangs", "refused"}
     fast = next(r for r in p.rows if r[0] == "fast")
     assert any(c.startswith("1.50x ▲p=") for c in fast) and "NVIDIA H200 x8" in fast  # the p-value under the ratio
-    assert p.svgs == 2  # one plot per bench case: bs1, bs8
+    assert p.svgs == 2 and p.charts == ["plot", "plot"]  # one plot per bench case: bs1, bs8
     assert text.count('class="plot"') == 2 and 'data-case="bs1"' in text and 'data-case="bs8"' in text
     assert len(set(re.findall(r'\bid="([^"]+)"', text))) == len(re.findall(r'\bid="([^"]+)"', text))  # ids unique
     crash = next(f for f in p.failures if "crashy" in f)
@@ -150,7 +150,7 @@ def test_page_shows_table_plots_failures_provenance_and_dark_mode(store, tmp_pat
     assert any("refused before launch" in f and "cutlass_mla" in f for f in p.failures)
     assert len(p.failures) == 3
     body = " ".join(p.text)
-    for fact in ("0.5.23", "0.7.2", "c" * 40, PATCH_SHA, "box-1", "aten::copy_", "each black dot"):
+    for fact in ("0.5.23", "0.7.2", "c" * 40, PATCH_SHA, "box-1", "aten::copy_", "each dot on it is one repeat"):
         assert fact in body, fact
     assert "prefers-color-scheme: dark" in p.css and "color-scheme" in text
     assert external(p.urls) == [] and "@import" not in p.css and "url(http" not in text
@@ -175,11 +175,42 @@ def test_log_excerpt_leaves_short_values_of_secret_named_variables_alone(store, 
     assert "line 499 of the server log" in (page.parent / "logs/run-a/crashy-01.log.txt").read_text()
 
 
-def test_without_matplotlib_the_page_says_so_instead_of_plots(store, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
+def test_without_matplotlib_the_page_has_its_charts(tmp_path, monkeypatch):
+    """A default install (no `plot` extra): a chart per bench case and, for the cases that differ only in
+    max_concurrency (read from the bench JSONL beside the records), latency against throughput — drawn
+    without matplotlib (svgcharts.py), with no note asking to install it."""
+    for name in [n for n in sys.modules if n.split(".")[0] == "matplotlib"] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)  # its submodules an earlier test imported too
+    with pytest.raises(ImportError):
+        import matplotlib  # noqa: F401
+    store = ResultsStore(tmp_path / "results")
+    store.write_run(RunInfo(run_id="run-a", sweep="nightly", sweep_file="/x/nightly.yaml", baseline="base"))
+    for exp, speed in (("base", 1.0), ("fast", 1.5)):
+        for attempt in ("01", "02"):
+            rec = record("run-a", exp, attempt)
+            rec.metrics = {case: {"samples": {"output_throughput": [speed * 50 * level + i for i in range(3)],
+                                              "median_itl_ms": [(10 + level) / speed + i for i in range(3)],
+                                              "median_ttft_ms": [(90 + level) / speed + i for i in range(3)]}}
+                           for case, level in (("bs1", 1), ("bs8", 8))}
+            d = store.new_attempt_dir("run-a", exp, attempt)
+            store.write_record(d, rec)
+            for case, level in (("bs1", 1), ("bs8", 8)):
+                (d / f"bench-{case}.jsonl").write_text(json.dumps({
+                    "dataset_name": "random-ids", "random_input_len": 128, "random_output_len": 24,
+                    "request_rate": float("inf"), "max_concurrency": level, "output_throughput": 1.0}) + "\n")
     _, p, text = write(store, tmp_path / "page", "run-a")
-    assert p.svgs == 0 and "matplotlib is not installed" in text and "harness[plot]" in text
-    assert {r[0] for r in p.rows} == {"base", "fast", "crashy", "hangs", "refused"}
+    assert p.charts == ["plot", "plot", "pareto", "pareto"]  # bs1, bs8; median ITL and TTFT across 1 and 8
+    assert "matplotlib" not in text and "harness[plot]" not in text
+    body = " ".join(p.text)
+    for words in ("output throughput (tok/s)", "median inter-token latency, ITL (ms)", "base (baseline)",
+                  "median time to first token, TTFT (ms)", "random-ids, 128 in / 24 out tokens", "Pareto front"):
+        assert words in body, words
+    assert {r[0] for r in p.rows} == {"base", "fast"}
+
+
+def test_without_a_family_of_cases_the_page_says_why_there_is_no_latency_chart(store, tmp_path):
+    _, p, text = write(store, tmp_path / "page", "run-a")  # no bench JSONL beside these records
+    assert p.charts == ["plot", "plot"] and htmlreport.NO_PARETO in text
 
 
 def test_two_runs_show_what_changed(store, tmp_path):
@@ -385,6 +416,7 @@ def test_every_legend_words_the_significance_marks_alike(store, tmp_path):
     from rich.console import Console
 
     from harness.cli import views
+    from harness.results import nightstext
 
     _, rows = load(store, "run-a")
     legend = report.SIGNIFICANCE_LEGEND
@@ -395,7 +427,7 @@ def test_every_legend_words_the_significance_marks_alike(store, tmp_path):
     _, page, _ = write(store, tmp_path / "page", "run-a")
     docs = (Path(__file__).resolve().parents[2] / "docs" / "reading-the-table.md").read_text()
     shown = {"terminal": buf.getvalue(), "markdown": report.to_markdown(rows, "output_throughput"),
-             "page": "".join(page.text), "docs": docs}
+             "page": "".join(page.text), "docs": docs, "nights": nightstext.legend()}
     for where, text in shown.items():
         flat = " ".join(text.split())
         assert legend in flat, where

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 SKIP = ("sim.template",)
 PURE = ("experiments.backends", "experiments.commands", "results.metrics", "experiments.spec", "triage.classify",
         "triage.signatures", "triage.hints", "errors", "run.resume", "hosts.gpus", "results.schemas", "hosts.slurm",
-        "experiments.configerrors", "common.protocol", "common.patchpaths")
+        "experiments.configerrors", "common.protocol", "common.patchpaths", "results.svgdraw")
 EDGE_PACKAGES = ("cli",)
 EDGE = {"run.runner", "run.scheduler", "hosts.transport", "hosts.local", "hosts.ssh", "hosts.direct",
         "hosts.jsonlines", "hosts.slurmjob", "hosts.targets", "run.recording",

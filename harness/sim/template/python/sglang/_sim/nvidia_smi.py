@@ -1,13 +1,42 @@
 """A fake ``nvidia-smi`` for the simulated GPUs (``python -m sglang._sim.nvidia_smi``).
 
 Supports ``--query-gpu=...``, ``--query-compute-apps=...`` with
-``--format=csv[,noheader][,nounits]``, ``-i/--id``, ``-L`` and the plain summary table.
+``--format=csv[,noheader][,nounits]``, ``-i/--id``, ``-L``, ``--version`` and the plain summary table.
+Clocks and power limits are each arch's (plausible, not measured); ``gpus.json`` may override any of
+``CLOCKS``' keys (a capped power limit, application clocks set with ``-ac``).
 """
 
 import sys
 import time
 
 from sglang._sim import gpus
+
+# arch -> clocks (MHz) and power limit (W); the default application clocks are the max ones.
+CLOCKS = {
+    "sm90": {"sm_max_mhz": 1980, "mem_max_mhz": 3201, "sm_idle_mhz": 345, "power_limit_w": 700.0},
+    "sm100": {"sm_max_mhz": 1965, "mem_max_mhz": 3996, "sm_idle_mhz": 120, "power_limit_w": 1000.0},
+    "sm120": {"sm_max_mhz": 2617, "mem_max_mhz": 14001, "sm_idle_mhz": 180, "power_limit_w": 600.0},
+}
+
+
+def clock(facts, name):
+    """A clock or power fact: gpus.json's own value, else the arch's (application clocks: the max ones)."""
+    base = dict(CLOCKS.get(facts.get("arch"), CLOCKS["sm90"]))
+    base.setdefault("app_sm_mhz", base["sm_max_mhz"])
+    base.setdefault("app_mem_mhz", base["mem_max_mhz"])
+    base.setdefault("default_power_limit_w", base["power_limit_w"])
+    return facts.get(name, base.get(name))
+
+
+def _sm_now(facts, i):
+    """Busy (a process holds memory on it): the application clock; idle: the idle clock."""
+    busy = any(r["gpu"] == i for r in gpus.live_processes())
+    return str(clock(facts, "app_sm_mhz") if busy else clock(facts, "sm_idle_mhz"))
+
+
+def _watts(value):
+    return "%.2f" % float(value)
+
 
 GPU_FIELDS = {
     # field: (header unit, value function(facts, index))
@@ -29,7 +58,24 @@ GPU_FIELDS = {
     "temperature.gpu": (None, lambda f, i: "31"),
     "power.draw": ("W", lambda f, i: "75.12"),
     "pstate": (None, lambda f, i: "P0"),
-    "persistence_mode": (None, lambda f, i: "Enabled"),
+    "persistence_mode": (None, lambda f, i: f.get("persistence_mode", "Enabled")),
+    "clocks.sm": ("MHz", _sm_now),
+    "clocks.current.sm": ("MHz", _sm_now),
+    "clocks.gr": ("MHz", _sm_now),
+    "clocks.mem": ("MHz", lambda f, i: str(clock(f, "app_mem_mhz"))),
+    "clocks.current.memory": ("MHz", lambda f, i: str(clock(f, "app_mem_mhz"))),
+    "clocks.max.sm": ("MHz", lambda f, i: str(clock(f, "sm_max_mhz"))),
+    "clocks.max.gr": ("MHz", lambda f, i: str(clock(f, "sm_max_mhz"))),
+    "clocks.max.mem": ("MHz", lambda f, i: str(clock(f, "mem_max_mhz"))),
+    "clocks.max.memory": ("MHz", lambda f, i: str(clock(f, "mem_max_mhz"))),
+    "clocks.applications.graphics": ("MHz", lambda f, i: str(clock(f, "app_sm_mhz"))),
+    "clocks.applications.memory": ("MHz", lambda f, i: str(clock(f, "app_mem_mhz"))),
+    "clocks.default_applications.graphics": ("MHz", lambda f, i: str(clock(f, "sm_max_mhz"))),
+    "clocks.default_applications.memory": ("MHz", lambda f, i: str(clock(f, "mem_max_mhz"))),
+    "power.limit": ("W", lambda f, i: _watts(clock(f, "power_limit_w"))),
+    "enforced.power.limit": ("W", lambda f, i: _watts(clock(f, "power_limit_w"))),
+    "power.default_limit": ("W", lambda f, i: _watts(clock(f, "default_power_limit_w"))),
+    "power.max_limit": ("W", lambda f, i: _watts(clock(f, "default_power_limit_w"))),
 }
 APP_FIELDS = {
     "pid": (None, lambda r, f: str(r["pid"])),
@@ -92,8 +138,8 @@ def _summary(facts, selected):
         used = gpus.used_mib(i)
         print("| %3d  %-36s On  | %-20s Off | %46s |" % (i, facts["name"][:36], gpus.bus_id_of(i), ""))
         print(
-            "| N/A   31C    P0    75W / 700W | %9dMiB / %6dMiB |      0%%      Default %21s |"
-            % (used, facts["memory_total_mib"], "")
+            "| N/A   31C    P0    75W / %3dW | %9dMiB / %6dMiB |      0%%      Default %21s |"
+            % (clock(facts, "power_limit_w"), used, facts["memory_total_mib"], "")
         )
     print(bar)
     print("| Processes:" + " " * 78 + "|")
@@ -130,6 +176,11 @@ def main(argv=None):
             ids = arg.split("=", 1)[1]
         elif arg in ("-L", "--list-gpus"):
             list_gpus = True
+        elif arg == "--version":
+            driver = facts["driver_version"]
+            print("NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\n"
+                  "CUDA Version        : %s" % (driver, driver.rsplit(".", 1)[0], driver, facts["cuda_version"]))
+            return 0
         elif arg in ("-h", "--help"):
             print("NVIDIA System Management Interface -- simulated (sglang sim target)")
             return 0
