@@ -203,7 +203,7 @@ PLANTS = [
           "            hop = hop.gateway",
           ("tests/integration/test_hosts_other_ways.py::test_host_keys_are_checked_on_every_hop_through_a_bastion",)),
     Plant("two harnesses may run one run", "harness/cli/run.py",
-          "    with store.lock_run(run_id):", "    with __import__(\"contextlib\").nullcontext():",
+          "    with store.lock_run(run_id),", "    with __import__(\"contextlib\").nullcontext(),",
           ("tests/integration/test_sweep.py::test_a_second_harness_on_the_same_run_is_refused_at_once_and_nothing_is_duplicated",)),
     Plant("orphans re-parented to the agent are left running", "harness/agent/procs.py",
           "    if not is_subreaper():\n        return []", "    if True:\n        return []",

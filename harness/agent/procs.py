@@ -65,6 +65,21 @@ def marked_pids(marker: str) -> list[int]:
     return out
 
 
+def live_markers() -> set[str]:
+    """The attempt markers live processes carry (`harness gc` keeps those attempts' folders): any repo's, any
+    run's, as far as this user may read their environments."""
+    prefix = ("%s=" % MARKER_ENV).encode()
+    found: set[str] = set()
+    for pid in all_pids():
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        found.update(item[len(prefix):].decode("utf-8", "replace") for item in env if item.startswith(prefix))
+    return found
+
+
 def reap_adopted(exclude: Iterable[int] = ()) -> None:
     """Reap zombies re-parented to us (we are a child subreaper), never our own Popen children."""
     me = os.getpid()

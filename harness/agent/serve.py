@@ -10,8 +10,9 @@ import sys
 import time
 from typing import Optional
 
-from ..common.protocol import PROTOCOL, Final, Hello, Mode, ProtocolError, Spec, Status
+from ..common.protocol import PROTOCOL, Final, GcRequest, Hello, Mode, ProtocolError, Spec, Status
 from .attempt import Attempt
+from .gc import collect_garbage
 from .hostio import file_hashes
 from .link import Link
 from .status import host_status
@@ -47,6 +48,13 @@ def serve(spec: Spec, link: Link) -> int:
             report = Final(status=Status.OK, repo_status=host_status(attempt.repo, attempt.server_env()))
         except Exception as exc:  # a look must always answer, saying what it could not see
             report = Final(status=Status.INFRA_ERROR, error="cannot read the host's state: %s" % exc)
+        link.send(final_report(report))
+        return 0
+    if spec.mode == Mode.GC.value:
+        try:
+            report = Final(status=Status.OK, gc=collect_garbage(attempt.workdir, attempt.repo, spec.gc or GcRequest()))
+        except Exception as exc:  # like a look: always answer, saying what went wrong
+            report = Final(status=Status.INFRA_ERROR, error="cannot clean the work dir: %s" % exc)
         link.send(final_report(report))
         return 0
     result = attempt.recover() if spec.mode == Mode.RECOVER.value else attempt.run()

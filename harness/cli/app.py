@@ -18,6 +18,7 @@ from .compare import compare, report
 from .diagnose import profile_summary, triage
 from .exits import exit_code, signal_as_interrupt
 from .export import export
+from .gc import gc
 from .hosts import recover, status
 from .patch import patch_check, patch_new, validate
 from .run import run, sweep
@@ -50,6 +51,7 @@ app.command()(run)
 app.command()(triage)
 app.command()(status)
 app.command()(recover)
+app.command()(gc)
 app.command("profile-summary")(profile_summary)
 sim_app.command("init")(sim_init)
 app.command()(demo)

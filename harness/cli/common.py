@@ -37,6 +37,22 @@ class SafeConsole(Console):
         return super().render_str(display_lines(text), **kwargs)
 
 
+def _flags_show_no_value_type() -> None:
+    """typer's --help puts each option's value type after it, a flag's too (`--dry-run <bool>`), which reads
+    as if the flag wanted a value: every flag of every command shows none. (Older typers show none anyway.)"""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (mypy: not an assignment to a method)
+
+
+_flags_show_no_value_type()
 out = SafeConsole(soft_wrap=True, width=_PIPE_WIDTH)
 err = SafeConsole(stderr=True, soft_wrap=True)
 _debug = False
@@ -67,7 +83,15 @@ def exit_on_errors() -> errors_to_exit_codes:
     return errors_to_exit_codes(err, _debug)
 
 
-def read_inventory(path: Path) -> InventoryFile:
+def read_inventory(path: Path, given: bool = False) -> InventoryFile:
+    """The host inventory; `given`: the user named it (--hosts-file), so a missing one is their path to check,
+    not the default's absence."""
+    if given and not path.is_file():
+        why = "is a folder, not a file" if path.is_dir() else "does not exist"
+        inside = path / "hosts.yaml"
+        raise ConfigError(f"the host inventory given with --hosts-file {why}", file=path.absolute(),
+                          hint=f"check the path: pass the file, --hosts-file {inside}" if inside.is_file()
+                          else missing_inventory_hint(given=True))
     # No hosts.yaml ships (no host works everywhere): say how to make one rather than "file not found".
     if not path.is_file():
         raise ConfigError("no host inventory here", file=path.absolute(), hint=missing_inventory_hint())

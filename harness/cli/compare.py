@@ -13,6 +13,7 @@ from ..results.store import ResultsStore
 from . import nightsview, views
 from .common import RESULTS_HELP, exit_on_errors, open_store, out
 
+FORMATS = {"table": "table", "markdown": "markdown", "md": "markdown", "csv": "csv", "json": "json"}  # --format
 METRIC_HELP = ("A bench_serving metric, e.g. median_itl_ms (default output_throughput; with --against every "
                "throughput and latency).")
 AGAINST_HELP = ("An earlier run (last night's) to compare the one RUN with, experiment by experiment and metric "
@@ -23,7 +24,7 @@ def compare(
     runs: list[str] = typer.Argument(..., help="Run ids (under --results-dir) or run folders; several compare runs."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Experiment (or run:experiment) to compare to."),
     metric: Optional[str] = typer.Option(None, "--metric", help=METRIC_HELP),
-    fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown (or md), csv or json."),
     plot_file: Optional[Path] = typer.Option(
         None, "--plot", help="Draw the metric per experiment in this new file (.svg: no extra needed; .png, .pdf: "
                              "matplotlib) or over an earlier plot of the harness."),
@@ -34,8 +35,9 @@ def compare(
     with significance, noise and comparability warnings. With --against: RUN against an earlier run,
     experiment by experiment and metric by metric, regressions first."""
     with exit_on_errors():
-        if fmt not in ("table", "markdown", "csv", "json"):
-            raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown, csv or json")
+        if FORMATS.get(fmt) is None:
+            raise ConfigError(f"unknown format {fmt!r}", hint="choose table, markdown (or md), csv or json")
+        fmt = FORMATS[fmt]
         store = open_store(results_dir, announce=False)
         if against is not None:
             check_against(runs, baseline=baseline, plot=plot_file is not None)

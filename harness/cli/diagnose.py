@@ -13,9 +13,12 @@ from rich.table import Table
 from ..errors import ConfigError
 from .common import exit_on_errors, out
 
+SERVER_LOG = "server.log"  # the server's log in an attempt's folder (the agent writes it, the record keeps it)
+
 
 def triage(
-    logfile: Path = typer.Argument(..., help="An SGLang server log (any size; read streamed)."),
+    logfile: Path = typer.Argument(..., help="An SGLang server log (any size; read streamed), or an attempt's "
+                                             "folder (results/RUN/EXPERIMENT/NN/): its server.log."),
     exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The server's exit code, if known."),
     as_json: bool = typer.Option(False, "--json", help="Print {verdict, category, key_line, phase, hint}."),
 ) -> None:
@@ -25,18 +28,33 @@ def triage(
     from ..triage.classify import triage_file
 
     with exit_on_errors():
-        if not logfile.is_file():
-            raise ConfigError("log file not found", file=logfile)
+        given = logfile
+        logfile = server_log_of(logfile)
         v = triage_file(logfile, exit_code)
         if as_json:
             print(json.dumps(v.to_dict()))
             return
+        if logfile != given:
+            out.print(f"log: {logfile}", highlight=False)
         style = {"ready": "green", "crash": "red"}.get(v.verdict or "", "yellow")
         out.print(f"[{style}]{v.verdict}[/]: {v.category} (phase: {v.phase})")
         if v.key_line:
             out.print(f"key line: {escape(v.key_line)}", highlight=False)
         if v.hint:
             out.print(f"hint: {escape(v.hint)}", highlight=False)
+
+
+def server_log_of(path: Path) -> Path:
+    """The log `harness triage` reads: the file given, or the server.log in the attempt folder given."""
+    if path.is_dir():
+        if (path / SERVER_LOG).is_file():
+            return path / SERVER_LOG
+        raise ConfigError(f"a folder with no {SERVER_LOG}", file=path,
+                          hint=f"pass a server log, or an attempt's folder that holds one "
+                               f"(results/RUN/EXPERIMENT/NN/{SERVER_LOG})")
+    if not path.is_file():
+        raise ConfigError("log file not found", file=path, hint="check the path")
+    return path
 
 
 def profile_summary(
@@ -46,7 +64,7 @@ def profile_summary(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """The operations that take the GPU's time, kernels grouped under the framework op that launched them."""
-    from ..triage.profile import summarize_trace
+    from ..triage.profile import kernel_label, summarize_trace
 
     with exit_on_errors():
         if not trace.is_file():
@@ -64,9 +82,14 @@ def profile_summary(
         out.print(f"GPU time {summary.total_gpu_us / 1e3:.2f} ms in {summary.kernels} kernels{per_step}",
                   highlight=False)
         table = Table(box=None, show_header=True, header_style="bold")
-        for col in ("share", "GPU ms", "calls", "operation", "top kernel"):
+        for col in ("share", "GPU ms", "calls"):
             table.add_column(col)
+        # One column for the names, the top kernel under its op: two columns halve the room of each, and a
+        # kernel replayed from a CUDA graph (no op: its own name stands there) would be named twice.
+        table.add_column("operation (↳ its top kernel)", overflow="fold")  # a name too long is folded, not cut
         for op in summary.top:
-            table.add_row(f"{op.share * 100:5.1f}%", f"{op.gpu_us / 1e3:.2f}", str(op.calls), escape(op.name),
-                          escape(op.kernels[0][0][:80]) if op.kernels else "")
+            name = kernel_label(op.name)
+            kernel = kernel_label(op.kernels[0][0]) if op.kernels else name
+            table.add_row(f"{op.share * 100:5.1f}%", f"{op.gpu_us / 1e3:.2f}", str(op.calls),
+                          escape(name) + (f"\n↳ {escape(kernel)}" if kernel != name else ""))
         out.print(table)

@@ -16,6 +16,8 @@ from ..experiments.config import ClusterHost, HostConfig
 from ..hosts.slurm import JobInfo, describe
 from .common import err, exit_on_errors, out, pick_host, read_inventory
 
+DEFAULT_INVENTORY = Path("hosts.yaml")
+
 
 @dataclass
 class HostView:
@@ -37,17 +39,17 @@ class HostView:
 
 def status(
     hosts: Optional[list[str]] = typer.Argument(None, help="Host names (default: every host in the inventory)."),
-    hosts_file: Path = typer.Option(Path("hosts.yaml"), "--hosts-file", help="Host inventory."),
+    hosts_file: Optional[Path] = typer.Option(None, "--hosts-file", help="Host inventory (default: ./hosts.yaml)."),
     as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON."),
 ) -> None:
     """Each host's lock holder, leftover journal (an interrupted attempt), dirty files and GPU processes.
     Exits 3 when a host cannot be reached (or its agent cannot look) or processes hold its GPUs' memory."""
     with exit_on_errors():
-        inventory = read_inventory(hosts_file)
+        inventory = read_inventory(hosts_file or DEFAULT_INVENTORY, given=hosts_file is not None)
         names = hosts or list(inventory.hosts)
         results: dict[str, HostView] = {}
         for name in names:
-            _, cfg = pick_host(inventory.hosts, name, hosts_file)
+            _, cfg = pick_host(inventory.hosts, name, inventory.path)
             results[name] = look_at(name, cfg)
         if as_json:
             print(json.dumps({n: v.to_json() for n, v in results.items()}, indent=1, default=str))
@@ -114,15 +116,15 @@ def _show_status(results: dict[str, HostView]) -> None:
 
 def recover(
     host: str = typer.Argument(..., help="Host name from the inventory."),
-    hosts_file: Path = typer.Option(Path("hosts.yaml"), "--hosts-file", help="Host inventory."),
+    hosts_file: Optional[Path] = typer.Option(None, "--hosts-file", help="Host inventory (default: ./hosts.yaml)."),
 ) -> None:
     """Finish an interrupted attempt on a host: stop its server (only if still the same process) and restore
     the tree exactly from its journal."""
     from ..run.runner import recover_host
 
     with exit_on_errors():
-        inventory = read_inventory(hosts_file)
-        name, cfg = pick_host(inventory.hosts, host, hosts_file)
+        inventory = read_inventory(hosts_file or DEFAULT_INVENTORY, given=hosts_file is not None)
+        name, cfg = pick_host(inventory.hosts, host, inventory.path)
         res = recover_host(name, cfg)
         if res.status != Status.OK:
             err.print(f"[red]recovery failed:[/] {escape(str(res.error))}", highlight=False)

@@ -25,7 +25,7 @@ def validate(
     patches_dir: Optional[Path] = typer.Option(None, "--patches-dir", help="Patch sets (default: <project>/patches)."),
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
-    from ..common.targetid import target_identity
+    from ..common.targetid import target_names
     from ..experiments.files import file_kind, read_sweep_file
     from ..experiments.plan import plan_sweep
 
@@ -54,10 +54,11 @@ def validate(
         if against is not None:
             if not against.is_dir():
                 raise ConfigError(f"--against {against}: not a folder")
-            ident = target_identity(str(against))
+            names = target_names(str(against))
             for name, ps in sorted(patch_sets.items()):
-                if ps.applies_to and ident and ident not in ps.applies_to:
-                    out.print(f"skip {name}: made for {', '.join(ps.applies_to)}, the target is {ident}",
+                answers = names[:1] if ps.has_variants else names  # a variant is picked by the identity alone
+                if ps.applies_to and answers and not set(answers) & set(ps.applies_to):
+                    out.print(f"skip {name}: made for {', '.join(ps.applies_to)}, the target is {names[0]}",
                               highlight=False)
                     continue
                 problems += _dry_check_and_report(ps, against)
@@ -109,17 +110,17 @@ def patch_check(
 
     The variant for the checkout's SGLang is applied to a scratch copy of the files it touches (the
     checkout is never written): what `validate --against` does, for one set."""
-    from ..common.targetid import target_identity
+    from ..common.targetid import target_names
     from ..experiments.patchsets import load_patch_set
 
     with exit_on_errors():
         ps = load_patch_set(patches_dir or default_patches_dir_here(), name)
         if not against.is_dir():
             raise ConfigError(f"--against {against}: not a folder")
-        ident = target_identity(str(against))
-        if not ps.has_variants and ps.applies_to and ident and ident not in ps.applies_to:
-            out.print(f"note: {name} is made for {', '.join(ps.applies_to)}, the checkout is {ident}; checking anyway",
-                      highlight=False)
+        names = target_names(str(against))
+        if not ps.has_variants and ps.applies_to and names and not set(names) & set(ps.applies_to):
+            out.print(f"note: {name} is made for {', '.join(ps.applies_to)}, the checkout is {names[0]}; checking "
+                      "anyway", highlight=False)
         if _dry_check_and_report(ps, against):
             raise typer.Exit(ExitCode.CONFIG)
 

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..common.protocol import Status
 from ..results.schemas import Record
+from ..safetext import display_line
 
 if TYPE_CHECKING:
     from ..run.health import DownHost
@@ -43,13 +44,15 @@ class AttemptProgress:
             self.live.__exit__(None, None, None)
 
     def render(self) -> RenderableType:
+        # Text, never markup: a line printed while the view is up redraws it with that print's options, and a
+        # note is printed with markup off (its words as written), which would show `[cyan]wait[/]` as it is.
         table = Table.grid(padding=(0, 2))
         now = time.monotonic()
         with self._lock:
             rows = list(self.rows.items())
         for label, (stage, t0, ts) in rows:
-            table.add_row(f"[bold]{escape(label)}[/]", f"[cyan]{stage}[/]", f"{now - ts:5.1f}s in stage",
-                          f"{now - t0:6.1f}s total")
+            table.add_row(_cell(label, "bold"), _cell(stage, "cyan"), _cell(f"{now - ts:5.1f}s in stage"),
+                          _cell(f"{now - t0:6.1f}s total"))
         return table
 
     def stage(self, label: str, stage: str) -> None:
@@ -84,11 +87,12 @@ class SweepProgress(AttemptProgress):
             rows = dict(self.rows)
         for host, label in sorted(hosts.items()):
             match = [(lbl, v) for lbl, v in rows.items() if lbl.startswith(label.split(" r")[0] + "#")]
-            if match:
+            if match:  # Text, never markup (AttemptProgress.render says why)
                 _, (stage, t0, ts) = match[-1]
-                table.add_row(host, label, f"[cyan]{stage}[/]", f"{now - ts:5.1f}s", f"{now - t0:6.1f}s")
+                table.add_row(_cell(host), _cell(label), _cell(stage, "cyan"), _cell(f"{now - ts:5.1f}s"),
+                              _cell(f"{now - t0:6.1f}s"))
             else:
-                table.add_row(host, label, "", "", "")
+                table.add_row(_cell(host), _cell(label), _cell(""), _cell(""), _cell(""))
         footer = Text(self.totals_line())
         return Group(table, footer)
 
@@ -144,6 +148,12 @@ class SweepProgress(AttemptProgress):
             self.down.pop(host, None)
         self.console.print(f"[green]host {escape(host)} back up at {_clock(since)}[/] (a re-probe answered; it "
                            f"takes work again)", highlight=False)
+
+
+def _cell(text: str, style: str = "") -> Text:
+    """A cell of the live view: Text (not markup, see AttemptProgress.render), its control characters escaped
+    as the console does for strings (Text skips that)."""
+    return Text(display_line(text), style=style)
 
 
 def outcome_detail(record: Record, limit: int = 160) -> str:

@@ -52,7 +52,7 @@ def run(
         exp = read_experiment_file(experiment)
         resolved = resolve(exp.experiment, experiment, patches_dir or default_patches_dir(experiment), doc=exp.doc)
         hosts_path = hosts_file or default_hosts_file(experiment)
-        inventory = read_inventory(hosts_path)
+        inventory = read_inventory(hosts_path, given=hosts_file is not None)
         name, host_cfg = pick_host(inventory.hosts, host, hosts_path)
         check_local_python({name: host_cfg}, inventory)
         store = open_store(results_dir, announce=True, writable=True)
@@ -92,7 +92,7 @@ def sweep(
             hosts_file = recorded_path(hosts_file, run.hosts_file, "host inventory", run.run_id)
             patches_dir = recorded_path(patches_dir, run.patches_dir, "patch sets", run.run_id)
         hosts_path = hosts_file or default_hosts_file(sweep_file)
-        inventory = read_inventory(hosts_path)
+        inventory = read_inventory(hosts_path, given=hosts_file is not None)
         parsed = read_sweep_file(sweep_file)  # the one read of it: what follows takes the model
         names = sweep_host_names(parse_host_list(hosts_opt), parsed.sweep.hosts, inventory.hosts, hosts_path, run)
         hosts = {n: inventory.hosts[n] for n in names}

@@ -261,3 +261,29 @@ class RepoStatus(Message):
     gpu_apps: Optional[dict[str, int]] = None  # pid → MiB of compute processes on the GPUs
     head: Optional[str] = None  # None: a repo without commits
     dirty: Optional[list[str]] = None
+
+
+@dataclass
+class GcEntry(Message):
+    """`harness gc`: one attempt folder under the work dir, and what the retention rule does with it."""
+
+    run_id: str = ""
+    attempt_id: str = ""
+    size_bytes: int = 0
+    age_s: float = 0.0  # since anything in it was last written
+    remove: bool = False  # the rule's decision (a dry run only says it)
+    why: str = ""
+    removed: bool = False  # it is gone
+    error: Optional[str] = None  # why removing it failed
+
+
+@dataclass
+class GcReport(Message):
+    """`harness gc`: the work dir's attempt folders, oldest first, each with the rule's decision."""
+
+    NESTED: ClassVar[Nested] = {"entries": (GcEntry, True)}
+
+    workdir: str = ""
+    dry_run: bool = True
+    entries: list[GcEntry] = field(default_factory=list)
+

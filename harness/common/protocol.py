@@ -22,6 +22,8 @@ from .outcome import (
     JOURNAL_VERSION,
     BenchFacts,
     ChangedPaths,
+    GcEntry,
+    GcReport,
     GpuClocks,
     GpuInfo,
     Journal,
@@ -41,10 +43,11 @@ from .outcome import (
 from .wire import PROTOCOL, Message, Nested, ProtocolError
 
 __all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event",
-           "EVENTS", "FileEntry", "Final", "GpuInfo", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
-           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
-           "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
-           "GpuClocks", "StackFacts", "Status", "StopReport", "Timeouts", "decode", "encode"]
+           "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest", "GpuClocks", "GpuInfo", "Journal",
+           "JournalServer", "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT",
+           "PreflightFacts", "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus", "Requirements",
+           "RevertReport", "ServerFacts", "ServerSpec", "Spec", "StackFacts", "Status", "StopReport", "Timeouts",
+           "decode", "encode"]
 
 
 class Mode(str, Enum):
@@ -52,6 +55,7 @@ class Mode(str, Enum):
     APPLY_REVERT = "apply-revert"  # a dry run of the patches: apply, compile, revert
     STATUS = "status"
     RECOVER = "recover"
+    GC = "gc"  # `harness gc`: the work dir's old attempt folders
 
 
 # An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
@@ -139,13 +143,23 @@ class Timeouts(Message):
 
 
 @dataclass
+class GcRequest(Message):
+    """`harness gc`'s retention rule: attempt folders last written to more than `older_than_days` ago go, then
+    the oldest until the rest fit in `max_bytes`; never one in use. `dry_run`: remove nothing, say what."""
+
+    older_than_days: Optional[float] = None
+    max_bytes: Optional[int] = None
+    dry_run: bool = True
+
+
+@dataclass
 class Spec(Message):
     """Everything the agent needs for one attempt (or a status/recover/apply-revert service call)."""
 
     NESTED: ClassVar[Nested] = {
         "server": (ServerSpec, False), "bench": (BenchCase, True), "profile": (ProfileSpec, False),
         "requirements": (Requirements, False), "patches": (PatchEntry, True), "files": (FileEntry, True),
-        "timeouts": (Timeouts, False), "answers": (AnswersSpec, False)}
+        "timeouts": (Timeouts, False), "answers": (AnswersSpec, False), "gc": (GcRequest, False)}
 
     run_id: str
     attempt_id: str
@@ -177,6 +191,7 @@ class Spec(Message):
     # of a process per run: the client's imports are paid once.
     bench_one_process: bool = True
     requirements: Requirements = field(default_factory=Requirements)
+    gc: Optional[GcRequest] = None  # mode gc: the retention rule
 
     @classmethod
     def decode(cls, data: Any) -> Spec:
@@ -292,7 +307,7 @@ class Final(Event):
     NESTED: ClassVar[Nested] = {
         "status": (Status, False), "preflight": (PreflightFacts, False), "patch": (PatchFacts, False),
         "server": (ServerFacts, False), "bench": (BenchFacts, False), "revert": (RevertReport, False),
-        "recovered": (RecoveryReport, False), "repo_status": (RepoStatus, False)}
+        "recovered": (RecoveryReport, False), "repo_status": (RepoStatus, False), "gc": (GcReport, False)}
     status: Status = Status.OK
     error: Optional[str] = None
     message: Optional[str] = None
@@ -308,6 +323,7 @@ class Final(Event):
     revert: Optional[RevertReport] = None  # this attempt's own revert
     recovered: Optional[RecoveryReport] = None  # an interrupted attempt's leftovers, cleaned up first
     repo_status: Optional[RepoStatus] = None  # status mode: what is going on in the target repo
+    gc: Optional[GcReport] = None  # gc mode: the attempt folders, and which went
     # sha256 of every file in the attempt's folder on the host: the controller checks what it fetched
     artifacts: Optional[Dict[str, str]] = None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 VERSION_RE = re.compile(r"""^__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)""", re.MULTILINE)
 
@@ -34,3 +34,13 @@ def target_identity(repo: str) -> Optional[str]:
         return "harness-sim"
     version = read_server_version(repo)
     return "sglang==%s" % version if version else None
+
+
+def target_names(repo: str) -> Tuple[str, ...]:
+    """Every name a tree answers to in a patch set's `applies_to`: its identity, and for the simulated target
+    also the release its version.py claims (`harness patch new` names a set after that release, as it does
+    for a real checkout). Variants are picked by the identity alone (`target_identity`)."""
+    ident = target_identity(repo)
+    version = read_server_version(repo)
+    claimed = "sglang==%s" % version if version else None
+    return tuple(n for n in dict.fromkeys((ident, claimed)) if n)

@@ -11,7 +11,7 @@ from dataclasses import MISSING, fields, is_dataclass
 from enum import Enum
 from typing import Any, ClassVar, Dict, Tuple, Type, TypeVar
 
-PROTOCOL = 7  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack
+PROTOCOL = 8  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc
 
 T = TypeVar("T")
 

@@ -18,17 +18,17 @@ def bundled_dir(name: str) -> Path:
     return PACKAGE_DIR / "_bundled" / name
 
 
-def project_root_of(file: Path) -> Path:
-    """Nearest folder above `file` that holds `patches/` or `hosts.yaml`; else the current folder."""
+def project_above(file: Path) -> Path | None:
+    """Nearest folder above `file` that holds `patches/` or `hosts.yaml` (its project), or None."""
     for parent in file.resolve().parents:
         if (parent / "patches").is_dir() or (parent / "hosts.yaml").is_file():
             return parent
-    return Path.cwd()
+    return None
 
 
 def default_hosts_file(experiment_file: Path) -> Path:
     local = Path.cwd() / "hosts.yaml"
-    return local if local.is_file() else project_root_of(experiment_file) / "hosts.yaml"
+    return local if local.is_file() else (project_above(experiment_file) or Path.cwd()) / "hosts.yaml"
 
 
 def example_inventory(package_dir: Path = PACKAGE_DIR) -> Path | None:
@@ -38,9 +38,14 @@ def example_inventory(package_dir: Path = PACKAGE_DIR) -> Path | None:
     return example if example is not None and example.is_file() else None
 
 
-def missing_inventory_hint(package_dir: Path = PACKAGE_DIR) -> str:
-    """What to do when there is no hosts.yaml: none is shipped, since no host works on every machine."""
+def missing_inventory_hint(package_dir: Path = PACKAGE_DIR, given: bool = False) -> str:
+    """What to do when there is no hosts.yaml: none is shipped, since no host works on every machine.
+    `given`: the user named a file with --hosts-file that is not there."""
     example = example_inventory(package_dir)
+    if given:
+        make = f"copy {example} there and edit it" if example else "write it as the README's `hosts.yaml` section shows"
+        return (f"check the path (a relative one starts in the current folder); to make that inventory, {make}; "
+                "without --hosts-file, ./hosts.yaml is read")
     start = (f"copy {example} to hosts.yaml and edit it" if example
              else "write one as the README's `hosts.yaml` section shows")
     return (f"{start}, or pass --hosts-file FILE; to practise without a GPU, `harness sim init /tmp/harness-sim` "
@@ -48,12 +53,17 @@ def missing_inventory_hint(package_dir: Path = PACKAGE_DIR) -> str:
 
 
 def default_patches_dir(experiment_file: Path) -> Path:
-    return project_root_of(experiment_file) / "patches"
+    """`<project>/patches` of the experiment's project; for a file in no project, the patch sets the harness
+    ships (those its backends name). Never the current folder's: one file means one set of patches, from
+    wherever the command runs."""
+    project = project_above(experiment_file)
+    own = project / "patches" if project is not None else None
+    return own if own is not None and own.is_dir() else bundled_dir("patches")
 
 
 def default_patches_dir_here() -> Path:
     """For commands given no file: the patches of the project the current folder is in."""
-    return project_root_of(Path.cwd() / "_") / "patches"
+    return (project_above(Path.cwd() / "_") or Path.cwd()) / "patches"
 
 
 def checkout_root(package_dir: Path = PACKAGE_DIR) -> Path | None:

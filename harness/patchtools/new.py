@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from ..common.targetid import target_identity
+from ..common.targetid import read_server_version
 from ..errors import ConfigError
 from ..experiments.configerrors import SAFE_NAME
 from ..experiments.patchsets import TARGET_ID, PatchSet, diff_paths, load_patch_set
@@ -109,11 +109,11 @@ def first_shared_path(diffs: Sequence[tuple[str, str]]) -> tuple[str, str, str] 
 
 
 def checkout_target(checkout: Path) -> str | None:
-    """What the agent will see on a host with this source (`target_identity`), else the version in
-    python/pyproject.toml's metadata."""
-    ident = target_identity(str(checkout))
-    if ident:
-        return ident
+    """The SGLang release the checkout holds: its version.py (what the agent reads on a host; the simulated
+    target claims one too), else the version in python/pyproject.toml's metadata."""
+    version = read_server_version(str(checkout))
+    if version and re.match(TARGET_ID, f"sglang=={version}"):
+        return f"sglang=={version}"
     try:
         version = pyproject_version((checkout / "python" / "pyproject.toml").read_text())
     except (OSError, UnicodeDecodeError):

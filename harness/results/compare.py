@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -15,6 +14,8 @@ from typing import Any
 
 from ..common.protocol import Status
 from ..safetext import display_line
+from ..triage.profile import kernel_label
+from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
 from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
 from .significance import mann_whitney_p
@@ -27,6 +28,11 @@ NOISY_CV = 0.05
 # can (2 / C(8, 4) = 0.029).
 MIN_SAMPLES = 4
 MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""}
+# What the marks mean, in the words of every legend (the terminal's, the markdown's, the page's, the docs'):
+# one wording, so no two places can disagree on which side of α "≈" is.
+SIGNIFICANT = f"two-sided Mann-Whitney test on the repeats, p < {ALPHA}"
+NOT_SIGNIFICANT = f"p ≥ {ALPHA}"
+SIGNIFICANCE_LEGEND = f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples"
 
 
 @dataclass
@@ -151,7 +157,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
     tops = [r.profile.top for r in ok if r.profile is not None and r.profile.top]
     if tops:
         first = tops[-1][0]
-        row.top_op = f"{first.name} {first.share * 100:.0f}%"
+        row.top_op = f"{kernel_label(first.name)} {first.share * 100:.0f}%"
     for case in cases:
         samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or [])]
         row.cells[case] = _cell(samples)
@@ -282,24 +288,6 @@ def status_text(row: Row) -> str:
     return f"as expected ({s})" if row.expected else s
 
 
-KEY_LINE_MAX = 120
-_ERROR_NAME = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b")
-
-
-def short_key_line(line: str, limit: int = KEY_LINE_MAX) -> str:
-    """A key line of at most `limit` characters that keeps the exception and its message: what comes before
-    the last exception name (a logger prefix, a path) goes first, then the end of the message; a line
-    without an exception name loses its middle."""
-    if len(line) <= limit:
-        return line
-    names = list(_ERROR_NAME.finditer(line))
-    if names:
-        tail = line[names[-1].start():]
-        return "…" + tail if len(tail) < limit else tail[:limit - 1] + "…"
-    half = (limit - 1) // 2
-    return line[:half] + "…" + line[len(line) - (limit - 1 - half):]
-
-
 def mixed_gpus(rows: list[Row]) -> bool:
     return len({r.gpu for r in rows if r.gpu}) > 1
 
@@ -351,7 +339,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
 def to_markdown(rows: list[Row], metric: str) -> str:
     cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
-             f"▲ better ▼ worse ≈ not significant (Mann-Whitney, p<{ALPHA}) ? too few samples"
+             + SIGNIFICANCE_LEGEND
              + ("; answers: ✓/✗ against the baseline's (same tokens, largest Δ logprob)" if "answers" in cols else ""),
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for line in table_rows(rows):

@@ -25,8 +25,7 @@ class Line:
 
 
 def legend() -> str:
-    return (f"B's median over A's, per metric and bench case: ▲ better ▼ worse (two-sided Mann-Whitney test on "
-            f"the repeats, p < {compare.ALPHA}) ≈ not significant ? too few samples (fewer than "
+    return (f"B's median over A's, per metric and bench case: {compare.SIGNIFICANCE_LEGEND} (fewer than "
             f"{compare.MIN_SAMPLES} a side); no marker: not comparable (another GPU). Latencies: lower is better; "
             f"throughputs: higher.")
 

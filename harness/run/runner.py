@@ -172,7 +172,7 @@ def _recover_after_agent_death(transport_factory: Callable[[str, HostConfig], Tr
     its watchdog has usually done it already; then the report says what it did."""
     reporter.note(label, "the agent on the host died; recovering the host now")
     try:
-        res = _service(host_name, host, "recover", transport_factory, lock_wait_s=60.0)
+        res = service(host_name, host, "recover", transport_factory, lock_wait_s=60.0)
     except (HostError, AgentProtocolError) as exc:
         return Final(status=Status.INFRA_ERROR, error=f"recovery after the agent's death failed: {exc}")
     recovered = res.recovered
@@ -200,22 +200,22 @@ def host_status(host_name: str, host: HostConfig, *,
     """The host's lock holder, leftover journal, GPUs and their processes (read-only; `repo_status`). For a
     cluster: the repo as the login node sees it on the shared storage (its queue: `slurmjob.queued_jobs`)."""
     if isinstance(host, ClusterHost):
-        return _service(host_name, host.cluster.login_host, "status", transport_factory)
-    return _service(host_name, host, "status", transport_factory)
+        return service(host_name, host.cluster.login_host, "status", transport_factory)
+    return service(host_name, host, "status", transport_factory)
 
 
 def recover_host(host_name: str, host: HostConfig, *,
                  transport_factory: Callable[[str, HostConfig], Transport] = connect) -> Final:
     """Finish what an interrupted attempt left: stop its server (only if it is still the same process) and
     restore the tree from the journal. Refused while another harness holds the repo's lock."""
-    return _service(host_name, host, "recover", transport_factory)
+    return service(host_name, host, "recover", transport_factory)
 
 
-def _service(host_name: str, host: HostConfig, mode: str,
-             transport_factory: Callable[[str, HostConfig], Transport], lock_wait_s: float = 0.0) -> Final:
+def service(host_name: str, host: HostConfig, mode: str,
+            transport_factory: Callable[[str, HostConfig], Transport] = connect, **spec_fields: Any) -> Final:
     spec = Spec(run_id="service-" + time.strftime("%Y%m%d-%H%M%S"), attempt_id=mode, repo=host.repo, mode=mode,
                 workdir=host.workdir, server=ServerSpec(argv=[host.python], env=dict(host.env), port=0),
-                timeouts=Timeouts(stop_grace=30), heartbeat_timeout_s=60, lock_wait_s=lock_wait_s)
+                timeouts=Timeouts(stop_grace=30), heartbeat_timeout_s=60, **spec_fields)
     follow = AgentReport()
     _run_agent(transport_factory, host_name, host, spec, follow, SilentReporter(), f"{mode}@{host_name}")
     return follow.final or no_final_report()

@@ -127,3 +127,45 @@ def summarize_trace(path: Path, top: int = 10) -> TraceSummary:
                   sorted(((k, round(v, 3)) for k, v in per_op_kernels[name].items()), key=lambda kv: -kv[1])[:3])
            for name, us in ranked]
     return TraceSummary(round(total, 3), steps, ops, kernels)
+
+
+# A CUDA kernel's demangled name is a C++ function's: `void ns::Kernel<Traits<…>, …>(params)`, hundreds of
+# characters, whose first word is its return type.
+_CLOSE = {"<": ">", "(": ")", "[": "]", "{": "}"}
+_NAMED = re.compile(r"[A-Za-z_][\w:]*")
+
+
+def kernel_label(name: str) -> str:
+    """A kernel's name as a table shows it: a demangled `void ns::Kernel<A, B>(params)` becomes `ns::Kernel<A…>`
+    (the return type and the parameters go; of the template arguments, the last name of the first named one
+    stays: the functor an elementwise kernel runs). Any other name is kept as it is."""
+    if not name.startswith("void "):
+        return name
+    body = name[len("void "):].strip()
+    cut = next((i for i, ch in enumerate(body) if ch in "<("), len(body))
+    base = body[:cut]
+    if not base:  # `void (anonymous namespace)::…`: no plain name to show
+        return name
+    if cut == len(body) or body[cut] != "<":
+        return base
+    first = next((m.group() for a in _template_args(body[cut + 1:])
+                  if (m := _NAMED.match(a.strip())) and m.group() not in ("true", "false")), None)
+    return f"{base}<{first.rsplit('::', 1)[-1]}…>" if first else f"{base}<…>"
+
+
+def _template_args(text: str) -> list[str]:
+    """The top-level comma-separated arguments of `text`, which starts right after a template's `<`."""
+    args: list[str] = []
+    depth, start = [">"], 0
+    for i, ch in enumerate(text):
+        if ch in _CLOSE:
+            depth.append(_CLOSE[ch])
+        elif depth and ch == depth[-1]:
+            depth.pop()
+            if not depth:
+                return args + [text[start:i]]
+        elif ch == "," and len(depth) == 1:
+            args.append(text[start:i])
+            start = i + 1
+    return args + [text[start:]]
+

@@ -406,3 +406,29 @@ def test_report_command_refuses_a_users_file_and_a_link_without_a_traceback(stor
     p = report_cmd()
     assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr, p.stderr
     assert "a symbolic link" in p.stderr and list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_every_legend_words_the_significance_marks_alike(store, tmp_path):
+    """One wording, from one constant, wherever the marks are explained: ▲/▼ when p < α, ≈ when p ≥ α — the
+    terminal's legend, the markdown table's, the page's and the docs' (they once said "p ≥" and "p <" for ≈)."""
+    import io
+
+    from rich.console import Console
+
+    from harness.cli import views
+    from harness.results import nightstext
+
+    _, rows = load(store, "run-a")
+    legend = report.SIGNIFICANCE_LEGEND
+    assert f"▼ worse (two-sided Mann-Whitney test on the repeats, p < {report.ALPHA})" in legend
+    assert f"≈ not significant (p ≥ {report.ALPHA})" in legend
+    buf = io.StringIO()
+    views.print_comparison(Console(file=buf, width=100), rows, "output_throughput")
+    _, page, _ = write(store, tmp_path / "page", "run-a")
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reading-the-table.md").read_text()
+    shown = {"terminal": buf.getvalue(), "markdown": report.to_markdown(rows, "output_throughput"),
+             "page": "".join(page.text), "docs": docs, "nights": nightstext.legend()}
+    for where, text in shown.items():
+        flat = " ".join(text.split())
+        assert legend in flat, where
+        assert f"p<{report.ALPHA}" not in flat and f"Mann-Whitney, p ≥ {report.ALPHA}" not in flat, where

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -12,7 +13,7 @@ from harness import __version__
 from harness.agent.errors import abort_message
 from harness.agent.tree import git_reason
 from harness.cli.app import app
-from harness.cli.progress import SweepProgress, outcome_detail
+from harness.cli.progress import AttemptProgress, SweepProgress, outcome_detail
 from harness.results.schemas import Record
 
 GIT_APPLY_STDERR = ("Checking patch python/sglang/srt/layers/attention/flashinfer_mla_backend.py...\n"
@@ -83,3 +84,44 @@ def test_an_abort_says_why_once():
         assert line.count("abort") == 1, line  # the status word only, and the reason in other words
     assert "controller-silent" in abort_message("controller-silent")  # the token stays greppable
     assert abort_message("signal 15") == "the agent received signal 15 and stopped"
+
+
+@pytest.mark.parametrize("kind", ["attempt", "sweep"])
+def test_live_progress_never_shows_raw_markup_while_a_note_is_printed(kind):
+    """A note printed while the live view is up redraws the view with the note's print options (markup off,
+    so the note's words show as written): the live lines must render the same either way, never `[cyan]…[/]`."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True, force_interactive=True, color_system="truecolor")
+    progress = AttemptProgress(console) if kind == "attempt" else SweepProgress(console, total=2)
+    with progress:
+        if isinstance(progress, SweepProgress):
+            progress.attempt_started("sim-h200", "e r1")
+        progress.stage("e#01", "wait")
+        assert progress.live is not None
+        progress.live.refresh()  # the view as the refresh thread draws it, with its own options
+        progress.note("e#01", "a note with [brackets] kept as written")  # the view drawn again below the note
+    shown = buf.getvalue()
+    assert "wait" in shown and "a note with [brackets] kept as written" in shown
+    assert "[cyan]" not in shown and "[/]" not in shown and "[bold]" not in shown, shown
+
+
+def _command_paths(group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield (*prefix, name)
+        if hasattr(cmd, "commands"):  # a group (typer's own, or click's in an older typer)
+            yield from _command_paths(cmd, (*prefix, name))
+
+
+def test_help_shows_no_value_type_after_a_flag():
+    """A flag takes no value: `--dry-run <bool>` reads as if it wanted one. Every command's --help."""
+    import typer
+
+    paths = [(), *_command_paths(typer.main.get_command(app))]
+    assert ("sweep",) in paths and ("patch", "new") in paths
+    for path in paths:
+        res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "160"})
+        assert res.exit_code == 0, (path, res.output)
+        assert "<bool>" not in res.output, (path, res.output)
+        assert "--help" in res.output
+    res = CliRunner().invoke(app, ["sweep", "--help"], env={"COLUMNS": "160"})
+    assert "--dry-run" in res.output and "<path>" in res.output  # options that take a value still say which

@@ -568,3 +568,30 @@ def test_cli_check_unknown_set_names_the_available_ones(tmp_path):
     r = CliRunner().invoke(app, ["patch", "check", "two", "--against", str(tmp_path), "--patches-dir",
                                  str(tmp_path / "patches")])
     assert r.exit_code == 2 and "available patch sets: one" in r.output
+
+
+def test_cli_new_from_the_simulated_target_names_the_sglang_release_it_claims(tmp_path):
+    """The simulated checkout claims a release (its version.py), as a real one does: `patch new` writes
+    `applies_to: sglang==<that release>`, not the name `harness-sim` that only the simulator knows; the set
+    then checks against the simulated checkout (and validates against it) without a "made for" note."""
+    import yaml
+
+    from harness.common.targetid import read_server_version
+    from harness.sim import init_target
+
+    target = init_target(tmp_path / "sim" / "sglang", arch="sm90", gpus=8)
+    claimed = read_server_version(str(target.repo))
+    assert claimed
+    server = target.repo / "python" / "sglang" / "launch_server.py"
+    stock = server.read_bytes()
+    server.write_bytes(stock + b"# a local edit\n")
+    patches = tmp_path / "patches"
+    runner = CliRunner()
+    r = runner.invoke(app, ["patch", "new", "sim_edit", "--from", str(target.repo), "--patches-dir", str(patches)])
+    assert r.exit_code == 0, r.output
+    meta = yaml.safe_load((patches / "sim_edit" / "patchset.yaml").read_text())
+    assert meta["applies_to"] == f"sglang=={claimed}"
+    assert f"SGLang {claimed}" in (patches / "sim_edit" / "README.md").read_text()
+    server.write_bytes(stock)
+    r = runner.invoke(app, ["patch", "check", "sim_edit", "--against", str(target.repo), "--patches-dir", str(patches)])
+    assert r.exit_code == 0 and "ok   patch set sim_edit applies" in r.output and "note:" not in r.output, r.output

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from harness.triage.profile import summarize_trace
 
@@ -112,3 +115,35 @@ def test_a_real_gather_cast_trace_has_no_pool_cast_and_a_step_three_hundred_time
     assert any("BatchMLAPageAttention" in o.name for o in s.top[:5])
     assert s.per_step_us is not None and stock.per_step_us is not None
     assert stock.per_step_us / s.per_step_us > 300
+
+
+def test_a_demangled_kernel_shows_its_name_not_its_return_type():
+    """`void ns::Kernel<Traits<…>, …>(params)` is a kernel named ns::Kernel: the table shows that (and the
+    first named template argument: the functor an elementwise kernel runs), never "void"."""
+    from harness.triage.profile import kernel_label
+
+    stock = summarize_trace(REAL_TRACES / "stock-flashinfer-mla-fp8kv-0.3.trace.json.gz")
+    gather = summarize_trace(REAL_TRACES / "gather-cast-0.3.trace.json.gz")
+    names = {k for s in (stock, gather) for o in s.top for k, _ in o.kernels} | {o.name for o in stock.top}
+    demangled = [n for n in names if n.startswith("void ")]
+    assert len(demangled) >= 3
+    for name in demangled:
+        label = kernel_label(name)
+        base = name[len("void "):].split("<")[0].split("(")[0]
+        assert label.startswith(base) and "void" not in label and "(" not in label, (name, label)
+    assert kernel_label(stock.top[0].name) == "at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda…>"
+    for kept in ("aten::copy_", "Memcpy DtoD (Device -> Device)", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL("
+                 "ncclDevKernelArgsStorage<4096ul>)", "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"):
+        assert kernel_label(kept) == kept  # not a demangled `void …` function: as it is
+
+
+@pytest.mark.parametrize("columns", ["120", "80"])
+def test_cli_table_names_the_kernels(columns):
+    p = subprocess.run([sys.executable, "-m", "harness", "profile-summary",
+                        str(REAL_TRACES / "stock-flashinfer-mla-fp8kv-0.3.trace.json.gz"), "--top", "6"],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": columns})
+    assert p.returncode == 0, p.stderr
+    assert "void" not in p.stdout, p.stdout
+    assert "at::native::unrolled_elementwise_kernel" in p.stdout and "BatchMLAPageAttention" in p.stdout
+    if columns == "120":  # room for the whole name on one line
+        assert "at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda…>" in p.stdout

@@ -149,6 +149,17 @@ def test_top_op_from_profiles_and_records_without_one():
     assert row(rows, "base").top_op == "aten::copy_ 69%" and row(rows, "other").top_op is None
 
 
+
+def test_a_top_op_that_is_a_demangled_kernel_shows_the_kernels_name_not_void():
+    """A kernel replayed from a CUDA graph has no framework op: the top op is the kernel's demangled name."""
+    r = rec("base", [100, 101, 99])
+    kernel = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+              "::{lambda()#3}::operator()() const::{lambda(c10::Float8_e4m3fn)#1}, std::array<char*, 2ul>, 4>(int)")
+    r.profile = ProfileSummary(total_gpu_us=100.0, steps=1, kernels=1,
+                               top=[ProfileOp(name=kernel, gpu_us=80.0, share=0.8, calls=1)])
+    rows = build_rows([r], metric="output_throughput", baseline="base")
+    assert row(rows, "base").top_op == "at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda…> 80%"
+
 # ============================================================================ the markers a user reads
 # Judged from the rendered tables (markdown, and the cells the terminal table prints), with the
 # significance of each case taken from scipy's own p-values (hard-coded below), not from the code under test.
@@ -599,6 +610,48 @@ def test_a_short_key_line_is_kept_whole_and_the_last_exception_is_the_one_kept()
     line = "KeyError: 'x' during handling " + "z" * 100 + " RuntimeError: boom"
     assert short_key_line(line) == "…RuntimeError: boom"
     assert short_key_line("a" * 120) == "a" * 120 and len(short_key_line("a" * 121)) == 120
+
+
+# What a host that cannot run a backend says (the agent's preflight): the key words are at the start, the list of
+# choices makes it long.
+REFUSED = ("cannot run here: SGLang 0.5.23 on this host does not accept --attention-backend cutlass_mla (valid: "
+           "triton, torch_native, flex_attention, dsa, nsa, qsa, dsv4, compressed, fa3, fa4, flashinfer, "
+           "llada2_cfg_flashinfer, flashmla, trtllm_mla, cutedsl_mla, tokenspeed_mla, trtllm_mha, hpc_ops, "
+           "minicpm_flashattn, minicpm_flashinfer, aiter, wave, intel_amx, ascend, intel_xpu)")
+LONG_MESSAGE = ("[TP0] Scheduler hit an exception: ValueError: Exactly one of ckv_scale or ckv_scale_arr is required "
+                "when kv_data_type is FP8, and the plan was made for a BF16 cache of 61 layers with page size 64 "
+                "tokens, so the kernel was never built")
+
+
+def _bare(token):
+    return token.strip(",;:()[]…")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_printed_notes_keep_their_key_words_whole_and_wrap_between_words(width):
+    """The notes under the table: a long line is shortened where it says least (a list of choices, then the
+    middle) and only between words, and wrapped at spaces — no word cut, none glued to an ellipsis."""
+    refused = rec("glm5-cutlass_mla", [], status="preflight-failed")
+    refused.error = REFUSED
+    crashed = rec("glm5-fp8-plan", [], status="crashed", verdict={"category": "python-exception",
+                                                                   "key_line": LONG_MESSAGE})
+    records = fleet() + [refused, crashed]
+    rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
+    text = render(rows, "output_throughput", width)
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("[1] "))
+    notes = [line for line in lines[first:] if not line.startswith("baseline:")]
+    assert notes and max(len(line) for line in notes) <= width
+    vocabulary = {_bare(t) for r in rows for t in " ".join([r.label, *r.notes]).split()}
+    said = [r.error or "" for r in records] + [r.verdict.key_line or "" for r in records if r.verdict]
+    vocabulary |= {_bare(t) for t in " ".join(said).split()}
+    for line in notes:
+        for token in line.split():
+            assert "…" not in token.strip("…"), (token, line)  # an ellipsis glued inside a word: a word was cut
+            assert _bare(token) in vocabulary | {""} or re.fullmatch(r"\[\d+\]", token), (token, line)
+    flat = " ".join(" ".join(notes).split())
+    assert "does not accept --attention-backend cutlass_mla (valid: triton," in flat
+    assert "ValueError: Exactly one of ckv_scale or ckv_scale_arr is required" in flat
 
 
 # ============================================================================ ratios, baselines, names

@@ -960,3 +960,26 @@ def test_the_agent_watching_a_live_server_sees_the_same_child_failure_notice(tmp
 def test_each_milestone_line_moves_the_phase_through_the_keyword_prefilter(line, phase):
     # Read as a chunk (the prefilter only parses lines holding an anchor), with an SGLang prefix.
     assert triage_text(f"[2026-11-30 07:38:42] {line}\n").phase == phase
+
+
+def test_cli_given_a_folder_triages_its_server_log_or_says_what_to_pass(tmp_path):
+    """An attempt's folder (results/RUN/EXPERIMENT/NN/) is triaged through its server.log; a folder without
+    one is named as a folder, with what to pass — never "not found" for something that is there."""
+    from typer.testing import CliRunner
+
+    from harness.cli.app import app
+
+    attempt = tmp_path / "run" / "exp" / "01"
+    attempt.mkdir(parents=True)
+    (attempt / "server.log").write_text("\n".join(healthy_start()[:3] + [
+        "RuntimeError: CUDA error: an illegal memory access was encountered"]) + "\n")
+    res = CliRunner().invoke(app, ["triage", str(attempt)])
+    assert res.exit_code == 0, res.output
+    assert "illegal-memory-access" in res.output and str(attempt / "server.log") in res.output
+    res = CliRunner().invoke(app, ["triage", str(attempt), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["category"] == "illegal-memory-access", res.output
+    res = CliRunner().invoke(app, ["triage", str(tmp_path / "run")])
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"{tmp_path / 'run'}: a folder with no server.log" in flat and "not found" not in flat, res.output
+    assert "pass a server log, or an attempt's folder" in flat
