@@ -7,8 +7,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -159,7 +161,7 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
         first = tops[-1][0]
         row.top_op = f"{kernel_label(first.name)} {first.share * 100:.0f}%"
     for case in cases:
-        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or [])]
+        samples = _finite(v for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or []))
         row.cells[case] = _cell(samples)
         cell = row.cells[case]
         if cell.n and cell.cv is not None and cell.cv > NOISY_CV:
@@ -173,6 +175,12 @@ def _provenance(rec: Record) -> dict[str, str | None]:
     p = rec.provenance
     return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host,
             "stack": stack_id(fingerprint(rec))}  # a baseline on the same stack is preferred
+
+
+def _finite(values: Iterable[Any]) -> list[float]:
+    """A repeat's value counts when it is a number: SGLang writes NaN (a case whose requests all failed) and
+    null, which would poison the median and the spread."""
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
 def _cell(samples: list[float]) -> Cell:
