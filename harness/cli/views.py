@@ -16,7 +16,7 @@ from ..common.protocol import Status
 from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import answers, compare, families, plots
+from ..results import answers, compare, families, outliers, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
@@ -86,6 +86,9 @@ def comparison_rows(runs: list[tuple[ResultsStore, str]], *, baseline: str | Non
     stores = {run_id: store for store, run_id in runs}
     answers.attach(rows, records, lambda rec: read_answers(stores[rec.run_id], rec),
                    named_baseline=bool(baseline or run_baseline))
+    for row in rows:  # each outlier repeat's likely cause, from its part of its bench case's log
+        outliers.attach_causes(row.outliers, row.notes, lambda o, case: stores[o.run_id].read_bench_log(
+            o.run_id, o.experiment, o.attempt, case))
     return records, rows, run_baseline, infos
 
 

@@ -96,7 +96,10 @@ def test_table_context_has_every_row_with_its_gpu_ratio_and_verdict(store):
     assert all(r["cells"][2]["text"] == "NVIDIA H200 x8" for r in t["rows"])
     fast = by["fast"]["cells"]
     ratio = fast[t["headers"].index("bs1 vs base")]
-    assert ratio["text"] == "1.50x ▲" and "v-better" in ratio["cls"] and ratio["p"].startswith("p=")
+    assert ratio["text"].startswith("1.50x ▲ [") and "v-better" in ratio["cls"] and ratio["p"].startswith("p=")
+    cell = next(r for r in rows if r.label == "fast").cells["bs1"]  # the interval the page shows is the row's
+    assert cell.low is not None and cell.high is not None and cell.low <= cell.ratio <= cell.high
+    assert ratio["text"].endswith(f"[{cell.low:.2f} – {cell.high:.2f}]")
     assert by["crashy"]["status"] == "expected" and by["hangs"]["status"] == "fail"
     assert KEY in by["crashy"]["cells"][-1]["text"]  # the key line in the notes
 
