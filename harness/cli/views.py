@@ -198,15 +198,22 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
             + ([r.stack_id or "-"] if stacks else [])
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
-            pairs = [(compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)) for _, cell in cells]
+            pairs = [(compare.cell_text(cell), _ratio_lines(cell, r.is_baseline)) for _, cell in cells]
             lines.append((r, start + [x for pair in pairs for x in pair] + end))
             continue
         for i, (c, cell) in enumerate(cells or [("-", empty)]):
             blank = i > 0  # the experiment's own columns on its first line only
             lines.append((r, ([""] * len(start) if blank else start)
-                          + [c, compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)]
+                          + [c, compare.cell_text(cell), _ratio_lines(cell, r.is_baseline)]
                           + ([""] * len(end) if blank else end)))
     return headers, lines
+
+
+def _ratio_lines(cell: compare.Cell, is_baseline: bool) -> str:
+    """The ratio and its marker, the interval on a line of its own under them, its brackets left out there: the
+    column stays narrow (as "baseline" in it, so that a GPU column still fits 80 columns), the interval whole."""
+    interval = "" if is_baseline else compare.interval_text(cell).strip("[]")
+    return compare.ratio_text(cell, is_baseline, interval=False) + (f"\n{interval}" if interval else "")
 
 
 def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | None:
@@ -263,6 +270,7 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
                        + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else "")
                        + (f"  (stack {line[at['stack']]})" if "stack" in at else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
+        ratio = ratio.replace("\n", " [") + "]" if "\n" in ratio else ratio  # the interval back on its line
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
             out.append(f"    {case.ljust(pad)}  {val}  {ratio}")
     return out

@@ -33,8 +33,9 @@ MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""
 # one wording, so no two places can disagree on which side of α "≈" is.
 SIGNIFICANT = f"two-sided Mann-Whitney test on the repeats, p < {ALPHA}"
 NOT_SIGNIFICANT = f"p ≥ {ALPHA}"
+INTERVAL_LEGEND = f"[low–high] the ratio's {100 - ALPHA * 100:.0f} % interval (Hodges–Lehmann)"
 SIGNIFICANCE_LEGEND = (f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples; "
-                       f"[low–high] the ratio's {100 - ALPHA * 100:.0f} % interval (Hodges–Lehmann)")
+                       + INTERVAL_LEGEND)
 
 
 @dataclass
@@ -277,7 +278,8 @@ def cell_text(cell: Cell) -> str:
     return f"{_fmt(cell.median)}{spread} (n={cell.n})"
 
 
-def ratio_text(cell: Cell, is_baseline: bool) -> str:
+def ratio_text(cell: Cell, is_baseline: bool, interval: bool = True) -> str:
+    """'1.48x ▲ [1.31–1.66]': the ratio, its marker and (with `interval`) its 95 % interval."""
     if is_baseline:
         return "baseline"
     if cell.ratio is None:
@@ -285,12 +287,12 @@ def ratio_text(cell: Cell, is_baseline: bool) -> str:
     text = f"{cell.ratio:.2f}x"
     # ▲/▼ next to "1.00x" would claim a change the reader cannot see (under 0.5 %: it rounds away)
     marker = "" if text == "1.00x" and cell.verdict in ("better", "worse") else cell.marker
-    return " ".join(x for x in (text, marker, interval_text(cell)) if x)
+    return " ".join(x for x in (text, marker, interval_text(cell) if interval else "") if x)
 
 
 def interval_text(cell: Cell) -> str:
     """'[1.31–1.66]': the ratio's 95 % interval; '' where there is none (too few samples, not comparable)."""
-    return "" if cell.low is None or cell.high is None else f"[{cell.low:.2f} – {cell.high:.2f}]"
+    return "" if cell.low is None or cell.high is None else f"[{cell.low:.2f}–{cell.high:.2f}]"
 
 
 def status_text(row: Row) -> str:

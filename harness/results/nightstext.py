@@ -81,8 +81,9 @@ def matrix(n: Nights) -> list[Line]:
     return lines
 
 
-def cell_text(cell: compare.Cell | None) -> str:
-    return "-" if cell is None else compare.ratio_text(cell, False)
+def cell_text(cell: compare.Cell | None, interval: bool = True) -> str:
+    """The ratio, its marker and its interval (the terminal's matrix, 14 metrics wide, leaves the interval out)."""
+    return "-" if cell is None else compare.ratio_text(cell, False, interval)
 
 
 def regressed(p: Pair, case: str | None = None) -> bool:

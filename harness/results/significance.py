@@ -30,8 +30,7 @@ def mann_whitney_p(a: list[float], b: list[float], method: str = "auto") -> floa
     return min(1.0, 2 * p)
 
 
-@lru_cache(maxsize=256)
-def _u_counts(m: int, n: int) -> tuple[int, ...]:
+def _u_counts(m: int, n: int) -> list[int]:
     """How many of the C(m+n, m) orderings of two untied samples of sizes m and n give each U = 0..m*n:
     the coefficients of the Gaussian binomial [m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i),
     built factor by factor in exact integers (every partial product is itself a polynomial)."""
@@ -41,7 +40,7 @@ def _u_counts(m: int, n: int) -> tuple[int, ...]:
             counts[u] -= counts[u - n - i]
         for u in range(i, m * n + 1):  # divided by (1 - q^i); upwards reads the new values
             counts[u] += counts[u - i]
-    return tuple(counts)
+    return counts
 
 
 def _exact_sf(u: int, n1: int, n2: int) -> float:
@@ -80,10 +79,16 @@ def ratio_interval(a: list[float], b: list[float], alpha: float = 0.05) -> tuple
     return math.exp(diffs[k - 1]), math.exp(diffs[m * n - k])
 
 
+@lru_cache(maxsize=256)
+def _cached_counts(m: int, n: int) -> tuple[int, ...]:
+    """_u_counts, kept: a table asks for the same sizes in every cell."""
+    return tuple(_u_counts(m, n))
+
+
 def _rank(m: int, n: int, alpha: float) -> int:
     """The k of ratio_interval: how many of the smallest (and largest) pairwise differences lie outside."""
     if m * n <= EXACT_PAIRS:
-        counts = _u_counts(min(m, n), max(m, n))
+        counts = _cached_counts(min(m, n), max(m, n))
         total, below, k = sum(counts), 0, 0
         while k < len(counts) and (below + counts[k]) / total <= alpha / 2:
             below += counts[k]

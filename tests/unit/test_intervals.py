@@ -86,7 +86,7 @@ def test_the_table_shows_the_interval_and_json_csv_carry_it():
     fast = next(r for r in rows if r.experiment == "fast").cells["bs1"]
     want = significance.ratio_interval([100, 101, 99, 100, 102], [150, 149, 151, 152, 150])
     assert (fast.low, fast.high) == want and fast.low < fast.ratio < fast.high
-    assert ratio_text(fast, False) == f"1.50x ▲ [{fast.low:.2f} – {fast.high:.2f}]"
+    assert ratio_text(fast, False) == f"1.50x ▲ [{fast.low:.2f}–{fast.high:.2f}]"
     few = next(r for r in rows if r.experiment == "few").cells["bs1"]
     assert ratio_text(few, False) == "1.50x ?" and few.low is None  # "?" stays, no interval under MIN_SAMPLES
     assert f"{fast.low}" in to_json(rows, "output_throughput") and "bs1.ratio_low" in to_csv(rows)
@@ -100,6 +100,25 @@ def test_night_against_night_carries_the_same_interval():
     a, b = Cell(100.0, 0.01, 5, a_s), Cell(80.0, 0.01, 5, b_s)
     cell = nights.judge(a, b, "output_throughput")
     assert (cell.low, cell.high) == significance.ratio_interval(a_s, b_s) and cell.verdict == "worse"
-    assert nightstext.cell_text(cell).endswith(f"[{cell.low:.2f} – {cell.high:.2f}]")
+    assert nightstext.cell_text(cell).endswith(f"[{cell.low:.2f}–{cell.high:.2f}]")
     assert nights.judge(Cell(100.0, 0, 3, a_s[:3]), Cell(80.0, 0, 3, b_s[:3]), "output_throughput").low is None
     assert "ratio_low" in nightstext.CSV_HEAD
+
+
+def test_the_terminal_table_shows_the_interval_whole_under_the_ratio_at_120_columns():
+    import io
+
+    from rich.console import Console
+
+    from harness.cli.views import print_comparison
+
+    rows = build_rows([rec("base", [100, 101, 99, 100, 102]), rec("fast", [150, 149, 151, 152, 150])],
+                      metric="output_throughput", baseline="base")
+    fast = next(r for r in rows if r.experiment == "fast").cells["bs1"]
+    console = Console(width=120, file=io.StringIO(), color_system=None, soft_wrap=True)
+    print_comparison(console, rows, "output_throughput")
+    lines = console.file.getvalue().splitlines()
+    at = next(i for i, line in enumerate(lines) if "1.50x ▲" in line)
+    col = lines[at].index("1.50x ▲")
+    assert max(len(line) for line in lines) <= 120 and "╇" in "".join(lines)  # the table, not the blocks
+    assert lines[at + 1][col:].startswith(f"{fast.low:.2f}–{fast.high:.2f}")  # the second line, same column
