@@ -77,3 +77,30 @@ def test_an_outlier_without_lines_stays_plain_outlier():
     [row] = build_rows(records, metric="median_ttft_ms")
     outliers.attach_causes(row.outliers, row.notes, lambda origin, case: None)
     assert row.outliers[0].cause is None and "c8: outlier round 1 repeat 2 (4,900.0 vs median 270.5)" in row.notes
+
+
+def test_compare_and_the_page_name_the_outlier_and_the_cause_in_its_bench_log(tmp_path):
+    """Through the commands' own path (views.comparison_rows, read from the results folder): the repeat whose
+    part of bench-c8.log shows a JIT build is named with it, on the terminal and on the page."""
+    import io
+
+    from rich.console import Console
+
+    from harness.cli import views
+    from harness.results.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    for attempt, rnd, samples in [("a1", 1, [4900.0, 270.0, 271.0]), ("a2", 2, [269.0, 270.0, 272.0])]:
+        r = rec(attempt, rnd, samples)
+        d = store.new_attempt_dir("r1", "e", attempt)
+        store.write_record(d, r)
+        # repeat 1 of attempt a1 waited on a FlashInfer JIT build; a2's log is quiet
+        (d / "bench-c8.log").write_text((NINJA + "\n" if attempt == "a1" else "") + BANNER + "x\n" + BANNER * 2)
+    want = "c8: outlier round 1 repeat 1 (4,900.0 vs median 270.5; a JIT build in its log)"
+    _, rows, _, _ = views.comparison_rows([(store, "r1")], baseline=None, metric="median_ttft_ms")
+    assert want in rows[0].notes
+    out = Console(width=120, file=io.StringIO(), color_system=None)
+    views.show_comparison(out, [(store, "r1")], baseline=None, metric="median_ttft_ms", fmt="table", plot_file=None)
+    assert want in " ".join(out.file.getvalue().split())
+    page = views.write_report([(store, "r1")], tmp_path / "page", baseline=None, metric="median_ttft_ms")
+    assert want in " ".join(page.read_text().split())
