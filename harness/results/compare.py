@@ -168,7 +168,8 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
         per_rec = [(r, r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or []) for r in ok]
         samples = [float(v) for _, vs in per_rec for v in vs]
         row.cells[case] = cell = _cell(samples)
-        row.outliers += outliers.find(case, samples, [outliers.Origin(r.run_id, r.experiment, r.attempt, r.round, i)
+        row.outliers += outliers.find(case, samples, [outliers.Origin(r.run_id, r.experiment, r.attempt, r.round, i,
+                                                                      len(vs))
                                                       for r, vs in per_rec for i in range(1, len(vs) + 1)])
         row.notes += [o.note() for o in row.outliers if o.case == case]
         if cell.n and cell.cv is not None and cell.cv > NOISY_CV:

@@ -23,13 +23,15 @@ MIN_REPEATS = 5
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a sample came from: its attempt (folder name), the sweep round, the repeat within the case (1-)."""
+    """Where a sample came from: its attempt (folder name), the sweep round, the repeat within the case (1-), and
+    how many repeats of the case that attempt measured (a log with more runs holds a warm-up before them)."""
 
     run_id: str
     experiment: str
     attempt: str
     round: int | None
     repeat: int
+    of: int = 0
 
 
 @dataclass
@@ -93,16 +95,18 @@ def likely_cause(lines: Iterable[str]) -> str | None:
     return None
 
 
-def repeat_lines(bench_log: str, repeat: int) -> list[str]:
-    """The lines of a bench case's log that belong to its `repeat` (1-): from after the previous repeat's
-    result banner to this one's (bench_serving appends every repeat to the case's log). [] when the log has
-    fewer repeats than that."""
+def repeat_lines(bench_log: str, repeat: int, of: int = 0) -> list[str]:
+    """The lines of a bench case's log that belong to its `repeat` (1-) of `of`: from after the previous run's
+    result banner to this one's (bench_serving appends every run to the case's log). Runs beyond `of` come
+    first (a warm-up pass, not measured) and are skipped. [] when the log has fewer runs than that."""
     segments: list[list[str]] = [[]]
     for line in bench_log.splitlines():
         segments[-1].append(line)
         if RESULT_BANNER in line:
             segments.append([])
-    return segments[repeat - 1] if 0 < repeat < len(segments) else []
+    runs = segments[:-1]  # each ends with its banner; what follows the last banner is no run
+    at = max(0, len(runs) - of) + repeat - 1 if of else repeat - 1
+    return runs[at] if repeat > 0 and at < len(runs) else []
 
 
 def attach_causes(found: list[Outlier], notes: list[str], read_log: Callable[[Origin, str], str | None]) -> None:
@@ -111,6 +115,6 @@ def attach_causes(found: list[Outlier], notes: list[str], read_log: Callable[[Or
     for o in found:
         before = o.note()
         text = read_log(o.origin, o.case)
-        o.cause = likely_cause(repeat_lines(text, o.origin.repeat)) if text else None
+        o.cause = likely_cause(repeat_lines(text, o.origin.repeat, o.origin.of)) if text else None
         if before in notes:
             notes[notes.index(before)] = o.note()

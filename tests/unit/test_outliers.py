@@ -50,6 +50,10 @@ def test_a_repeat_maps_to_its_own_part_of_the_bench_log():
     assert outliers.likely_cause(outliers.repeat_lines(log, 2)) == "a CUDA graph capture"
     assert outliers.likely_cause(outliers.repeat_lines(log, 3)) is None
     assert outliers.repeat_lines(log, 4) == [] and outliers.repeat_lines(log, 0) == []
+    # a warm-up run before the measured ones (its own banner): with 2 measured repeats, the first run is skipped
+    assert outliers.likely_cause(outliers.repeat_lines(log, 1, of=2)) == "a CUDA graph capture"
+    assert outliers.likely_cause(outliers.repeat_lines(log, 2, of=2)) is None
+    assert outliers.repeat_lines(log, 3, of=3) == outliers.repeat_lines(log, 3)
 
 
 def rec(attempt: str, rnd: int, samples: list[float]) -> Record:
@@ -64,7 +68,7 @@ def test_the_note_names_the_repeat_and_its_cause_and_the_median_keeps_it():
     pooled = [270.0, 4900.0, 271.0, 269.0, 270.0, 272.0]
     assert row.cells["c8"].samples == pooled and row.cells["c8"].median == statistics.median(pooled)  # kept
     [o] = row.outliers
-    assert o.origin == Origin("r1", "e", "a1", 1, 2) and o.value == 4900.0
+    assert o.origin == Origin("r1", "e", "a1", 1, 2, 3) and o.value == 4900.0
     assert "c8: outlier round 1 repeat 2 (4,900.0 vs median 270.5)" in row.notes
     logs = {("a1", "c8"): "x\n" + BANNER + NINJA + "\n" + BANNER + "y\n" + BANNER}
     outliers.attach_causes(row.outliers, row.notes, lambda origin, case: logs.get((origin.attempt, case)))
