@@ -61,7 +61,7 @@ def _normal_sf(u: float, n1: int, n2: int, ties: list[int]) -> float:
 EXACT_PAIRS = 2500  # up to this many pairs (50 against 50) the interval's rank comes from the exact distribution
 
 
-def ratio_interval(a: list[float], b: list[float], alpha: float = 0.05) -> tuple[float, float] | None:
+def ratio_interval(a: list[float], b: list[float], alpha: float) -> tuple[float, float] | None:
     """A 1 - alpha confidence interval on the ratio B/A: the Hodges–Lehmann (Moses) interval for a shift of
     log values, the one that inverts the Mann-Whitney test. Of the m*n pairwise differences log b - log a,
     sorted, it runs from the k-th smallest to the k-th largest, where k is the largest rank with

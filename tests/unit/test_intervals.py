@@ -23,7 +23,7 @@ def coverage_and_width(n: int, trials: int, seed: int, ratio: float = 1.48) -> t
     covered, widths = 0, []
     for _ in range(trials):
         a, b = lognormal(rng, 100.0, n), lognormal(rng, 100.0 * ratio, n)
-        got = significance.ratio_interval(a, b)
+        got = significance.ratio_interval(a, b, 0.05)
         assert got is not None
         covered += got[0] <= ratio <= got[1]
         widths.append(math.log(got[1] / got[0]))
@@ -62,16 +62,16 @@ def test_exact_rank_matches_the_mann_whitney_distribution():
 def test_exact_small_cases():
     # 4 against 4: only U = 0 lies under 2.5 % (1/70), so k = 1: the smallest and largest pairwise ratio
     a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0]
-    low, high = significance.ratio_interval(a, b)
+    low, high = significance.ratio_interval(a, b, 0.05)
     assert low == pytest.approx(2 / 4) and high == pytest.approx(8 / 1)
     # every B exactly twice its A in a scaled copy: 5 against 5, k = 3 (P(U <= 2) = 4/252 <= 0.025 < 7/252)
     a = [1.0, 1.1, 1.2, 1.3, 1.4]
-    low, high = significance.ratio_interval(a, [2 * x for x in a])
+    low, high = significance.ratio_interval(a, [2 * x for x in a], 0.05)
     diffs = sorted(y / x for y in [2 * v for v in a] for x in a)
     assert (low, high) == pytest.approx((diffs[2], diffs[-3])) and low < 2 < high
     # below the test's reach, or a value a log cannot take: no interval
-    assert significance.ratio_interval([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) is None
-    assert significance.ratio_interval([0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]) is None
+    assert significance.ratio_interval([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], 0.05) is None
+    assert significance.ratio_interval([0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0], 0.05) is None
 
 
 def rec(exp: str, samples: list[float]) -> Record:
@@ -84,7 +84,7 @@ def test_the_table_shows_the_interval_and_json_csv_carry_it():
     rows = build_rows([rec("base", [100, 101, 99, 100, 102]), rec("fast", [150, 149, 151, 152, 150]),
                        rec("few", [150, 149, 151])], metric="output_throughput", baseline="base")
     fast = next(r for r in rows if r.experiment == "fast").cells["bs1"]
-    want = significance.ratio_interval([100, 101, 99, 100, 102], [150, 149, 151, 152, 150])
+    want = significance.ratio_interval([100, 101, 99, 100, 102], [150, 149, 151, 152, 150], 0.05)
     assert (fast.low, fast.high) == want and fast.low < fast.ratio < fast.high
     assert ratio_text(fast, False) == f"1.50x ▲ [{fast.low:.2f}–{fast.high:.2f}]"
     few = next(r for r in rows if r.experiment == "few").cells["bs1"]
@@ -99,7 +99,7 @@ def test_night_against_night_carries_the_same_interval():
     a_s, b_s = [100.0, 101, 99, 100, 102], [80.0, 81, 79, 80, 82]
     a, b = Cell(100.0, 0.01, 5, a_s), Cell(80.0, 0.01, 5, b_s)
     cell = nights.judge(a, b, "output_throughput")
-    assert (cell.low, cell.high) == significance.ratio_interval(a_s, b_s) and cell.verdict == "worse"
+    assert (cell.low, cell.high) == significance.ratio_interval(a_s, b_s, 0.05) and cell.verdict == "worse"
     assert nightstext.cell_text(cell).endswith(f"[{cell.low:.2f}–{cell.high:.2f}]")
     assert nights.judge(Cell(100.0, 0, 3, a_s[:3]), Cell(80.0, 0, 3, b_s[:3]), "output_throughput").low is None
     assert "ratio_low" in nightstext.CSV_HEAD

@@ -62,6 +62,16 @@ def test_a_row_on_another_torch_is_not_comparable_and_the_note_says_torch():
     assert ids == {"base": row(rows, "base").stack_id, "new": new.stack_id}
 
 
+def test_several_differences_beyond_what_matters_are_listed_in_one_note():
+    rows = build_rows([rec("base", SAMPLES, stack()),
+                       rec("new", SAMPLES, stack(packages_sha256="b" * 64, driver="570.144.0"))],
+                      metric="output_throughput", baseline="base")
+    notes = [n for n in row(rows, "new").notes if "beyond what matters" in n]
+    assert len(notes) == 1
+    listed = notes[0].split(": ", 1)[1].split(", ")
+    assert len(listed) == 2 and any("570.144.0" in x for x in listed) and any("bbbbbbbb" in x for x in listed)
+
+
 def test_only_the_packages_hash_differs_a_note_and_the_verdict_stands():
     rows = build_rows([rec("base", SAMPLES, stack()),
                        rec("new", [x * 1.2 for x in SAMPLES], stack(packages_sha256="b" * 64))],
