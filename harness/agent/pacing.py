@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 from ..common.protocol import Cooldown, GpuState
 
-Sample = Optional[list[GpuState]]  # one nvidia-smi query's GPUs; None: no nvidia-smi
+Sample = Optional[List[GpuState]]  # one nvidia-smi query's GPUs; None: no nvidia-smi
 
 
 @dataclass
