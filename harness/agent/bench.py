@@ -84,7 +84,9 @@ class Load:
         self.started_at = time.monotonic()
         if rep == self.reps(case)[0]:
             self.cases[case.name].gpu_start = gpu_state(self.env)
-        if rep != WARMUP:
+        if rep == WARMUP:  # named now: a warm-up that fails is fetched (its log says why) as a case's run is
+            self.cases[case.name].warmup_file = self.output_of(case, rep)
+        else:
             self.link.send(BenchStarted(case=case.name, repeat=rep))
 
     def result_of(self, case: BenchCase, rep: int, returncode: int, new: Optional[dict[str, Any]]) -> None:
@@ -99,7 +101,7 @@ class Load:
                               % (what, read_tail(self.log_of(case, rep), 3000)))
         facts = self.cases[case.name]
         if rep == WARMUP:
-            facts.warmup, facts.warmup_file = True, self.output_of(case, rep)
+            facts.warmup = True
             facts.warmup_s = _number(new.get("duration")) or round(time.monotonic() - self.started_at, 4)
             facts.warmup_median_ttft_ms = _number(new.get("median_ttft_ms"))
         else:
