@@ -79,7 +79,7 @@ def matrix_tables(n: nights.Nights, width: int) -> list[Table]:
     numbers = footnotes(n)
     names = [display_line(x.pair.label) + (f" [{numbers[x.pair.label]}]" if x.pair.label in numbers else "")
              if x.first else "" for x in lines]
-    cells = {m: [nightstext.cell_text(x.cells.get(m)) for x in lines] for m in n.metrics}
+    cells = {m: [nightstext.cell_text(x.cells.get(m), interval=False) for x in lines] for m in n.metrics}
     fixed = [max([cell_len(x) for x in names] + [len("experiment")]), max([len(x.case) for x in lines] + [4])]
     want = {m: max([cell_len(x) for x in cells[m]] + [len(w) for w in nights.metric_label(m).split()])
             for m in n.metrics}

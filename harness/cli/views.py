@@ -16,7 +16,7 @@ from ..common.protocol import Status
 from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import answers, compare, families, plots
+from ..results import answers, compare, families, outliers, plots
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
@@ -86,6 +86,9 @@ def comparison_rows(runs: list[tuple[ResultsStore, str]], *, baseline: str | Non
     stores = {run_id: store for store, run_id in runs}
     answers.attach(rows, records, lambda rec: read_answers(stores[rec.run_id], rec),
                    named_baseline=bool(baseline or run_baseline))
+    for row in rows:  # each outlier repeat's likely cause, from its part of its bench case's log
+        outliers.attach_causes(row.outliers, row.notes, lambda o, case: stores[o.run_id].read_bench_log(
+            o.run_id, o.experiment, o.attempt, case))
     return records, rows, run_baseline, infos
 
 
@@ -195,15 +198,22 @@ def _comparison_cells(rows: list[compare.Row], metric: str, one_row_per_case: bo
             + ([r.stack_id or "-"] if stacks else [])
         cells = [(c, r.cells.get(c) or empty) for c in cases]
         if not one_row_per_case:
-            pairs = [(compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)) for _, cell in cells]
+            pairs = [(compare.cell_text(cell), _ratio_lines(cell, r.is_baseline)) for _, cell in cells]
             lines.append((r, start + [x for pair in pairs for x in pair] + end))
             continue
         for i, (c, cell) in enumerate(cells or [("-", empty)]):
             blank = i > 0  # the experiment's own columns on its first line only
             lines.append((r, ([""] * len(start) if blank else start)
-                          + [c, compare.cell_text(cell), compare.ratio_text(cell, r.is_baseline)]
+                          + [c, compare.cell_text(cell), _ratio_lines(cell, r.is_baseline)]
                           + ([""] * len(end) if blank else end)))
     return headers, lines
+
+
+def _ratio_lines(cell: compare.Cell, is_baseline: bool) -> str:
+    """The ratio and its marker, the interval on a line of its own under them, its brackets left out there: the
+    column stays narrow (as "baseline" in it, so that a GPU column still fits 80 columns), the interval whole."""
+    interval = "" if is_baseline else compare.interval_text(cell).strip("[]")
+    return compare.ratio_text(cell, is_baseline, interval=False) + (f"\n{interval}" if interval else "")
 
 
 def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | None:
@@ -260,6 +270,7 @@ def comparison_blocks(rows: list[compare.Row], metric: str) -> list[str]:
                        + (f"  (top op: {line[at['top op']]})" if "top op" in at and line[at["top op"]] != "-" else "")
                        + (f"  (stack {line[at['stack']]})" if "stack" in at else ""))
         case, val, ratio = line[at["case"]], line[at["case"] + 1], line[at["case"] + 2]
+        ratio = ratio.replace("\n", " [") + "]" if "\n" in ratio else ratio  # the interval back on its line
         if case != "-" and (val, ratio) != ("-", "-"):  # a failed row has no numbers: its status says why
             out.append(f"    {case.ljust(pad)}  {val}  {ratio}")
     return out

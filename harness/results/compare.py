@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -15,10 +16,11 @@ from typing import Any
 from ..common.protocol import Status
 from ..safetext import display_line
 from ..triage.profile import kernel_label
+from . import outliers
 from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
 from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
-from .significance import mann_whitney_p
+from .significance import mann_whitney_p, ratio_interval
 from .stack import Fingerprint, differences, fingerprint, mixed, stack_id
 
 ALPHA = 0.05
@@ -32,7 +34,9 @@ MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""
 # one wording, so no two places can disagree on which side of α "≈" is.
 SIGNIFICANT = f"two-sided Mann-Whitney test on the repeats, p < {ALPHA}"
 NOT_SIGNIFICANT = f"p ≥ {ALPHA}"
-SIGNIFICANCE_LEGEND = f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples"
+INTERVAL_LEGEND = f"[low–high] the ratio's {100 - ALPHA * 100:.0f} % interval (Hodges–Lehmann)"
+SIGNIFICANCE_LEGEND = (f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples; "
+                       + INTERVAL_LEGEND)
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Cell:
     ratio: float | None = None
     p_value: float | None = None
     verdict: str = "n/a"  # better | worse | same | few | n/a
+    low: float | None = None  # the ratio's 95 % interval (significance.ratio_interval), where the test is made
+    high: float | None = None
 
     @property
     def marker(self) -> str:
@@ -72,6 +78,7 @@ class Row:
     answer_verdict: Any = None  # answers.AnswerVerdict, when judged against a reference
     stack: Fingerprint | None = None  # the environment fingerprint's facts (stack.py); None: not recorded
     stack_id: str | None = None
+    outliers: list[outliers.Outlier] = field(default_factory=list)  # named in the notes, kept in the medians
 
 
 def lower_is_better(metric: str) -> bool:
@@ -159,9 +166,13 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
         first = tops[-1][0]
         row.top_op = f"{kernel_label(first.name)} {first.share * 100:.0f}%"
     for case in cases:
-        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or [])]
-        row.cells[case] = _cell(samples)
-        cell = row.cells[case]
+        per_rec = [(r, r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or []) for r in ok]
+        kept = [(float(v), outliers.Origin(r.run_id, r.experiment, r.attempt, r.round, i, len(vs)))
+                for r, vs in per_rec for i, v in enumerate(vs, 1) if _is_number(v)]
+        samples = [v for v, _ in kept]
+        row.cells[case] = cell = _cell(samples)
+        row.outliers += outliers.find(case, samples, [o for _, o in kept])
+        row.notes += [o.note() for o in row.outliers if o.case == case]
         if cell.n and cell.cv is not None and cell.cv > NOISY_CV:
             row.notes.append(f"{case}: noisy (CV {cell.cv * 100:.1f}%)")
         if 0 < cell.n < MIN_SAMPLES:
@@ -173,6 +184,12 @@ def _provenance(rec: Record) -> dict[str, str | None]:
     p = rec.provenance
     return {"gpu": gpu_of(rec), "server_version": p.server_version, "base_commit": p.base_commit, "host": rec.host,
             "stack": stack_id(fingerprint(rec))}  # a baseline on the same stack is preferred
+
+
+def _is_number(v: Any) -> bool:
+    """A repeat's value counts when it is a number: SGLang writes NaN (a case whose requests all failed) and
+    null, which would poison the median and the spread."""
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 def _cell(samples: list[float]) -> Cell:
@@ -223,6 +240,7 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
                 cell.verdict = "few"
                 continue
             cell.p_value = mann_whitney_p(cell.samples, bcell.samples)
+            cell.low, cell.high = ratio_interval(bcell.samples, cell.samples, ALPHA) or (None, None)
             if cell.p_value >= ALPHA:
                 cell.verdict = "same"
             else:
@@ -268,7 +286,8 @@ def cell_text(cell: Cell) -> str:
     return f"{_fmt(cell.median)}{spread} (n={cell.n})"
 
 
-def ratio_text(cell: Cell, is_baseline: bool) -> str:
+def ratio_text(cell: Cell, is_baseline: bool, interval: bool = True) -> str:
+    """'1.48x ▲ [1.31–1.66]': the ratio, its marker and (with `interval`) its 95 % interval."""
     if is_baseline:
         return "baseline"
     if cell.ratio is None:
@@ -276,7 +295,12 @@ def ratio_text(cell: Cell, is_baseline: bool) -> str:
     text = f"{cell.ratio:.2f}x"
     # ▲/▼ next to "1.00x" would claim a change the reader cannot see (under 0.5 %: it rounds away)
     marker = "" if text == "1.00x" and cell.verdict in ("better", "worse") else cell.marker
-    return f"{text} {marker}".strip()
+    return " ".join(x for x in (text, marker, interval_text(cell) if interval else "") if x)
+
+
+def interval_text(cell: Cell) -> str:
+    """'[1.31–1.66]': the ratio's 95 % interval; '' where there is none (too few samples, not comparable)."""
+    return "" if cell.low is None or cell.high is None else f"[{cell.low:.2f}–{cell.high:.2f}]"
 
 
 def status_text(row: Row) -> str:
@@ -354,14 +378,14 @@ def to_csv(rows: list[Row]) -> str:
     head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok",
             "as_expected"]
     for c in cases:
-        head += [f"{c}.median", f"{c}.cv", f"{c}.n", f"{c}.ratio", f"{c}.p_value", f"{c}.verdict"]
+        head += [f"{c}.{k}" for k in ("median", "cv", "n", "ratio", "ratio_low", "ratio_high", "p_value", "verdict")]
     w.writerow(head + ["answers", "top_op", "stack", "notes"])
     for r in rows:
         line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
                               r.key_line, r.attempts, r.ok, r.expected]
         for c in cases:
             cell = r.cells.get(c) or Cell(None, None, 0, [])
-            line += [cell.median, cell.cv, cell.n, cell.ratio, cell.p_value, cell.verdict]
+            line += [cell.median, cell.cv, cell.n, cell.ratio, cell.low, cell.high, cell.p_value, cell.verdict]
         # A spreadsheet or a terminal shows these: a host's words (GPU, op names) with their controls escaped.
         w.writerow([display_line(x) if isinstance(x, str) else x
                     for x in line + [r.answers, r.top_op, r.stack_id, "; ".join(r.notes)]])

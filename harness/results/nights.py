@@ -16,7 +16,7 @@ from ..common.protocol import Status
 from . import compare, stack
 from .metrics import KEY_METRICS
 from .schemas import Record
-from .significance import mann_whitney_p
+from .significance import mann_whitney_p, ratio_interval
 
 # How fast: the throughputs and the latencies. The rest of KEY_METRICS (duration, completed,
 # total_output_tokens, concurrency) say what workload a case ran, not how fast it ran.
@@ -119,6 +119,7 @@ def judge(a: compare.Cell, b: compare.Cell, metric: str, comparable: bool = True
         cell.verdict = "few"
         return cell
     cell.p_value = mann_whitney_p(b.samples, a.samples)
+    cell.low, cell.high = ratio_interval(a.samples, b.samples, compare.ALPHA) or (None, None)
     if cell.p_value >= compare.ALPHA or cell.ratio == 1:
         cell.verdict = "same"
     else:

@@ -81,8 +81,9 @@ def matrix(n: Nights) -> list[Line]:
     return lines
 
 
-def cell_text(cell: compare.Cell | None) -> str:
-    return "-" if cell is None else compare.ratio_text(cell, False)
+def cell_text(cell: compare.Cell | None, interval: bool = True) -> str:
+    """The ratio, its marker and its interval (the terminal's matrix, 14 metrics wide, leaves the interval out)."""
+    return "-" if cell is None else compare.ratio_text(cell, False, interval)
 
 
 def regressed(p: Pair, case: str | None = None) -> bool:
@@ -107,7 +108,8 @@ def to_markdown(n: Nights) -> str:
 
 
 CSV_HEAD = ["run_a", "run_b", "experiment", "label", "gpu_a", "gpu_b", "status_a", "status_b", "case", "metric",
-            "lower_is_better", "a_median", "a_cv", "a_n", "b_median", "b_cv", "b_n", "ratio", "p_value", "verdict",
+            "lower_is_better", "a_median", "a_cv", "a_n", "b_median", "b_cv", "b_n", "ratio", "ratio_low", "ratio_high",
+            "p_value", "verdict",
             "regression", "notes"]
 
 
@@ -121,13 +123,13 @@ def to_csv(n: Nights) -> str:
         head = [n.run_a, n.run_b, p.experiment, p.label, p.a.gpu, p.b.gpu, p.a.status.value, p.b.status.value]
         notes = "; ".join(p.notes)
         if p.failed or not p.changes:  # the experiment's own line: B failed, or neither run has a number
-            w.writerow(head + [""] * 11 + ["failed" if p.failed else "n/a", p.failed, notes])
+            w.writerow(head + [""] * 13 + ["failed" if p.failed else "n/a", p.failed, notes])
         for c in p.changes:
             w.writerow(head + [c.case, c.metric, compare.lower_is_better(c.metric), c.a.median, c.a.cv, c.a.n,
-                               c.b.median, c.b.cv, c.b.n, c.b.ratio, c.b.p_value, c.b.verdict,
+                               c.b.median, c.b.cv, c.b.n, c.b.ratio, c.b.low, c.b.high, c.b.p_value, c.b.verdict,
                                c.b.verdict == "worse", notes])
     for label, verdict in [(x, "added") for x in n.added] + [(x, "removed") for x in n.removed]:
-        w.writerow([n.run_a, n.run_b, label.split(" @ ")[0], label] + [""] * 15 + [verdict, False, ""])
+        w.writerow([n.run_a, n.run_b, label.split(" @ ")[0], label] + [""] * 17 + [verdict, False, ""])
     return buf.getvalue()
 
 
@@ -137,7 +139,8 @@ def _side(cell: compare.Cell) -> dict[str, Any]:
 
 def _change(c: Change) -> dict[str, Any]:
     return {"case": c.case, "metric": c.metric, "lower_is_better": compare.lower_is_better(c.metric),
-            "a": _side(c.a), "b": _side(c.b), "ratio": c.b.ratio, "p_value": c.b.p_value, "verdict": c.b.verdict}
+            "a": _side(c.a), "b": _side(c.b), "ratio": c.b.ratio, "ratio_low": c.b.low,
+            "ratio_high": c.b.high, "p_value": c.b.p_value, "verdict": c.b.verdict}
 
 
 def to_json(n: Nights) -> str:

@@ -271,6 +271,15 @@ class ResultsStore:
             return []
         return parse_jsonl("".join(lines))
 
+    def read_bench_log(self, run_id: str, experiment: str, attempt: str, case: str) -> str | None:
+        """The text of bench case `case`'s client log beside a record (every repeat's output); None when it is
+        missing or unreadable."""
+        path = self.run_path(run_id) / experiment / attempt / f"bench-{Path(case).name}.log"
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
     def final_records(self, run_id: str) -> list[Record]:
         """The run's results: final records of the run's current plan (a record keyed by an older plan —
         an edited patch — is stale and left out)."""

@@ -96,7 +96,10 @@ def test_table_context_has_every_row_with_its_gpu_ratio_and_verdict(store):
     assert all(r["cells"][2]["text"] == "NVIDIA H200 x8" for r in t["rows"])
     fast = by["fast"]["cells"]
     ratio = fast[t["headers"].index("bs1 vs base")]
-    assert ratio["text"] == "1.50x ▲" and "v-better" in ratio["cls"] and ratio["p"].startswith("p=")
+    assert ratio["text"].startswith("1.50x ▲ [") and "v-better" in ratio["cls"] and ratio["p"].startswith("p=")
+    cell = next(r for r in rows if r.label == "fast").cells["bs1"]  # the interval the page shows is the row's
+    assert cell.low is not None and cell.high is not None and cell.low <= cell.ratio <= cell.high
+    assert ratio["text"].endswith(f"[{cell.low:.2f}–{cell.high:.2f}]")
     assert by["crashy"]["status"] == "expected" and by["hangs"]["status"] == "fail"
     assert KEY in by["crashy"]["cells"][-1]["text"]  # the key line in the notes
 
@@ -141,7 +144,7 @@ def test_page_shows_table_plots_failures_provenance_and_dark_mode(store, tmp_pat
     assert page == tmp_path / "page" / "index.html"
     assert {r[0] for r in p.rows} == {"base", "fast", "crashy", "hangs", "refused"}
     fast = next(r for r in p.rows if r[0] == "fast")
-    assert any(c.startswith("1.50x ▲p=") for c in fast) and "NVIDIA H200 x8" in fast  # the p-value under the ratio
+    assert any(re.match(r"1\.50x ▲ \[\d\.\d\d–\d\.\d\d\]p=", c) for c in fast) and "NVIDIA H200 x8" in fast  # p under it
     assert p.svgs == 2 and p.charts == ["plot", "plot"]  # one plot per bench case: bs1, bs8
     assert text.count('class="plot"') == 2 and 'data-case="bs1"' in text and 'data-case="bs8"' in text
     assert len(set(re.findall(r'\bid="([^"]+)"', text))) == len(re.findall(r'\bid="([^"]+)"', text))  # ids unique
@@ -219,9 +222,9 @@ def test_two_runs_show_what_changed(store, tmp_path):
     diff = htmlreport.changes(records, rows, "output_throughput", "run-a", "run-b")
     assert {"what": "SGLang", "a": "0.5.23", "b": "0.5.24"} in diff["setup"]
     fast = next(m for m in diff["results"] if m["experiment"] == "fast @ NVIDIA H200 x8" and m["case"] == "bs1")
-    assert fast["change"] == "1.33x ▲" and fast["cls"] == "v-better"
+    assert re.fullmatch(r"1\.33x ▲ \[\d\.\d\d–\d\.\d\d\]", fast["change"]) and fast["cls"] == "v-better"
     same = next(m for m in diff["results"] if m["experiment"].startswith("base") and m["case"] == "bs1")
-    assert same["change"] == "1.00x ≈"
+    assert re.fullmatch(r"1\.00x ≈ \[\d\.\d\d–\d\.\d\d\]", same["change"])
     _, p, text = write(store, tmp_path / "page", "run-a", "run-b")
     assert 'id="changes"' in text and "What changed from run-a to run-b" in " ".join(p.text)
 

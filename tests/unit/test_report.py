@@ -206,9 +206,9 @@ def rendered_markers(records, metric):
     markdown = {}
     for line in lines[1:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
-        markdown[cells[0]] = cells[col]
+        markdown[cells[0]] = INTERVAL.sub("", cells[col])
     terminal_col = columns(rows).index("bs1 vs base")
-    terminal = {line[0]: line[terminal_col] for line in table_rows(rows)}
+    terminal = {line[0]: INTERVAL.sub("", line[terminal_col]) for line in table_rows(rows)}
     return markdown, terminal
 
 
@@ -301,10 +301,14 @@ def test_the_comparison_says_which_direction_is_better_for_every_kept_metric(met
 # ============================================================================ which baseline, and what a row says
 
 
+INTERVAL = re.compile(r" \[\d+\.\d\d–\d+\.\d\d\]$")  # the ratio's interval (tests/unit/test_intervals.py)
+
+
 def table(rows):
-    """label -> {column: cell}, as the terminal table prints them."""
+    """label -> {column: cell}, as the table prints them, the ratios without their interval (this file tests
+    the markers; test_intervals.py the interval)."""
     cols = columns(rows)
-    return {line[0]: dict(zip(cols, line)) for line in table_rows(rows)}
+    return {line[0]: {c: INTERVAL.sub("", x) for c, x in zip(cols, line)} for line in table_rows(rows)}
 
 
 def test_without_a_named_baseline_the_first_row_is_the_only_baseline():
@@ -507,7 +511,7 @@ def words(*names):
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_printed_table_never_cuts_a_name_status_or_number_mid_word(width, mixed):
-    from harness.results.compare import cell_text, ratio_text
+    from harness.results.compare import cell_text, interval_text, ratio_text
 
     records = fleet(mixed)
     rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
@@ -526,7 +530,8 @@ def test_printed_table_never_cuts_a_name_status_or_number_mid_word(width, mixed)
         for fragment in fragments:
             assert words(fragment) <= vocabulary, (column, fragment, text)
     # numbers and ratios whole: every token under a value or ratio header is a token of some cell's own text
-    numbers = {t for r in rows for c in r.cells.values() for t in (cell_text(c) + " " + ratio_text(c, r.is_baseline)).split()}
+    numbers = {t for r in rows for c in r.cells.values()
+               for t in (cell_text(c) + " " + ratio_text(c, r.is_baseline)).split() + [interval_text(c).strip("[]")]}
     value_columns = [i for i, h in enumerate(heads) if "median" in h or "vs base" in h]
     assert value_columns
     for line in body:

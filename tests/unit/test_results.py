@@ -260,3 +260,12 @@ def test_a_recovery_is_noted_only_in_a_provisional_record_of_this_store_named_by
     assert store.note_recovery(recovered) == d / "record.partial.json"
     rec = load_record(d / "record.partial.json")
     assert rec.revert is not None and rec.revert.verified and rec.recovered is not None and rec.provisional
+
+
+def test_a_repeat_without_a_number_is_left_out_of_the_cell_not_a_crash():
+    from harness.results.compare import build_rows
+
+    samples = {"median_ttft_ms": [10.0, float("nan"), None, 12.0, 11.0]}  # SGLang writes NaN and null
+    rec = record(metrics={"bs1": {"samples": samples}})
+    cell = build_rows([rec], metric="median_ttft_ms")[0].cells["bs1"]
+    assert (cell.median, cell.n, cell.samples) == (11.0, 3, [10.0, 12.0, 11.0])

@@ -47,7 +47,7 @@ class Model(torch.nn.Module):
 
 
 def _std(t) -> float:
-    return float(t.float().std())
+    return float(t.detach().float().std())
 
 
 def test_scales_per_role_and_the_same_weights_every_time():

@@ -1,0 +1,110 @@
+"""Outlier repeats (results/outliers.py): the robust rule, the cause read from the repeat's part of its bench
+log, and the note the table and the page show — the repeat named, never dropped from the median."""
+
+from __future__ import annotations
+
+import statistics
+
+from harness.results import outliers
+from harness.results.compare import build_rows
+from harness.results.outliers import Origin
+from harness.results.schemas import Record
+
+# Real log lines (the scheduler's, torch's JIT build's), copied from public SGLang issues:
+# sgl-project/sglang#1467 (cuda graph capture), #5389 (FlashInfer JIT via ninja during capture),
+# #6801 (FlashInfer JIT "Error building extension"); the decode line is SGLang 0.5.16's on an H200
+# (tests/fixtures/real-logs-live/healthy_05_sglang0516_h200_triton_fp8_served.log) with its graph flag False,
+# as the scheduler prints it for a batch size no graph was captured for.
+CAPTURE = "[2025-01-23 19:35:20 TP0] Capture cuda graph begin. This can take up to several minutes."
+NINJA = "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."
+EXTENSION = "RuntimeError: Error building extension 'batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16'"
+DECODE_NO_GRAPH = ("[2026-11-30 07:40:09] Decode batch, #running-req: 1, #token: 0, token usage: 0.00, "
+                   "cuda graph: False, gen throughput (token/s): 1.12, #queue-req: 0")
+DECODE_GRAPH = DECODE_NO_GRAPH.replace("cuda graph: False", "cuda graph: True")
+BANNER = "\n============ Serving Benchmark Result ============\nSuccessful requests: 8\n"
+
+
+def test_the_rule_flags_a_far_repeat_and_only_from_five_samples():
+    assert outliers.flagged([270, 271, 269, 270, 4900]) == [4]
+    assert outliers.flagged([270, 270, 270, 270, 4900]) == [4]  # the others agree exactly: MAD 0, floor 1 %
+    assert outliers.flagged([270, 270, 270, 4900]) == []  # under MIN_REPEATS: no flag
+    assert outliers.flagged([100, 101, 99, 100, 102, 98, 103]) == []  # ordinary noise
+    assert outliers.flagged([100.0, 100.0, 100.0, 100.0, 100.5]) == []  # a 0.5 % wobble in a quiet series
+    # just past and just inside K scaled MADs
+    base = [90.0, 95, 100, 100, 105, 110]  # with one value above: median 100, MAD 5 → scale 7.413
+    edge = 100 + outliers.K * outliers.MAD_SCALE * 5
+    assert outliers.flagged(base + [edge + 1]) == [6] and outliers.flagged(base + [edge - 1]) == []
+
+
+def test_likely_cause_from_real_log_lines():
+    assert outliers.likely_cause(["Successful requests: 8", NINJA]) == "a JIT build"
+    assert outliers.likely_cause([EXTENSION]) == "a JIT build"
+    assert outliers.likely_cause([CAPTURE]) == "a CUDA graph capture"
+    assert outliers.likely_cause([DECODE_NO_GRAPH]) == "a batch shape without a CUDA graph"
+    assert outliers.likely_cause([DECODE_GRAPH, "Successful requests: 8"]) is None
+
+
+def test_a_repeat_maps_to_its_own_part_of_the_bench_log():
+    log = "warming\n" + BANNER + CAPTURE + "\n" + BANNER + "quiet\n" + BANNER
+    assert outliers.likely_cause(outliers.repeat_lines(log, 1)) is None
+    assert outliers.likely_cause(outliers.repeat_lines(log, 2)) == "a CUDA graph capture"
+    assert outliers.likely_cause(outliers.repeat_lines(log, 3)) is None
+    assert outliers.repeat_lines(log, 4) == [] and outliers.repeat_lines(log, 0) == []
+    # a warm-up run before the measured ones (its own banner): with 2 measured repeats, the first run is skipped
+    assert outliers.likely_cause(outliers.repeat_lines(log, 1, of=2)) == "a CUDA graph capture"
+    assert outliers.likely_cause(outliers.repeat_lines(log, 2, of=2)) is None
+    assert outliers.repeat_lines(log, 3, of=3) == outliers.repeat_lines(log, 3)
+
+
+def rec(attempt: str, rnd: int, samples: list[float]) -> Record:
+    return Record(run_id="r1", experiment="e", attempt=attempt, host="h", backend="e", status="ok", round=rnd,
+                  metrics={"c8": {"median_ttft_ms": samples[0], "samples": {"median_ttft_ms": samples}}},
+                  provenance={"gpu": [{"name": "NVIDIA H200"}], "server_version": "0.5.23", "base_commit": "c" * 40})
+
+
+def test_the_note_names_the_repeat_and_its_cause_and_the_median_keeps_it():
+    records = [rec("a1", 1, [270.0, 4900.0, 271.0]), rec("a2", 2, [269.0, 270.0, 272.0])]
+    [row] = build_rows(records, metric="median_ttft_ms")
+    pooled = [270.0, 4900.0, 271.0, 269.0, 270.0, 272.0]
+    assert row.cells["c8"].samples == pooled and row.cells["c8"].median == statistics.median(pooled)  # kept
+    [o] = row.outliers
+    assert o.origin == Origin("r1", "e", "a1", 1, 2, 3) and o.value == 4900.0
+    assert "c8: outlier round 1 repeat 2 (4,900.0 vs median 270.5)" in row.notes
+    logs = {("a1", "c8"): "x\n" + BANNER + NINJA + "\n" + BANNER + "y\n" + BANNER}
+    outliers.attach_causes(row.outliers, row.notes, lambda origin, case: logs.get((origin.attempt, case)))
+    assert "c8: outlier round 1 repeat 2 (4,900.0 vs median 270.5; a JIT build in its log)" in row.notes
+    assert not any(n.endswith("median 270.5)") for n in row.notes)  # the old note replaced, not doubled
+
+
+def test_an_outlier_without_lines_stays_plain_outlier():
+    records = [rec("a1", 1, [270.0, 4900.0, 271.0]), rec("a2", 2, [269.0, 270.0, 272.0])]
+    [row] = build_rows(records, metric="median_ttft_ms")
+    outliers.attach_causes(row.outliers, row.notes, lambda origin, case: None)
+    assert row.outliers[0].cause is None and "c8: outlier round 1 repeat 2 (4,900.0 vs median 270.5)" in row.notes
+
+
+def test_compare_and_the_page_name_the_outlier_and_the_cause_in_its_bench_log(tmp_path):
+    """Through the commands' own path (views.comparison_rows, read from the results folder): the repeat whose
+    part of bench-c8.log shows a JIT build is named with it, on the terminal and on the page."""
+    import io
+
+    from rich.console import Console
+
+    from harness.cli import views
+    from harness.results.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "results")
+    for attempt, rnd, samples in [("a1", 1, [4900.0, 270.0, 271.0]), ("a2", 2, [269.0, 270.0, 272.0])]:
+        r = rec(attempt, rnd, samples)
+        d = store.new_attempt_dir("r1", "e", attempt)
+        store.write_record(d, r)
+        # repeat 1 of attempt a1 waited on a FlashInfer JIT build; a2's log is quiet
+        (d / "bench-c8.log").write_text((NINJA + "\n" if attempt == "a1" else "") + BANNER + "x\n" + BANNER * 2)
+    want = "c8: outlier round 1 repeat 1 (4,900.0 vs median 270.5; a JIT build in its log)"
+    _, rows, _, _ = views.comparison_rows([(store, "r1")], baseline=None, metric="median_ttft_ms")
+    assert want in rows[0].notes
+    out = Console(width=120, file=io.StringIO(), color_system=None)
+    views.show_comparison(out, [(store, "r1")], baseline=None, metric="median_ttft_ms", fmt="table", plot_file=None)
+    assert want in " ".join(out.file.getvalue().split())
+    page = views.write_report([(store, "r1")], tmp_path / "page", baseline=None, metric="median_ttft_ms")
+    assert want in " ".join(page.read_text().split())
