@@ -1,7 +1,9 @@
 """Load against the running server: SGLang's own benchmark clients (the profile stage is `profiling`).
 
 Clients run while the server is still watched, so a server crash mid-benchmark is reported as the
-crash it is, not as a failed client.
+crash it is, not as a failed client. Each case first runs once more as its warm-up (same arguments, its own
+`.warmup.jsonl` and log, never sent as a BenchResult: the metrics never see it) unless `warmup` is off; the
+GPUs' state is sampled as a case starts and ends, and `Spec.cooldown` waits before every run but the first.
 """
 
 from __future__ import annotations
@@ -13,13 +15,27 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..common.protocol import BenchCase, BenchResult, BenchStarted, Final, Spec, Status
+from ..common.protocol import BenchCase, BenchResult, BenchStarted, CaseFacts, Final, Spec, Status
 from .errors import StageFailed
+from .gpu import gpu_state
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link
 from .oneprocess import OneProcess, one_process_form
+from .pacing import cool_down, needs_cooldown
 from .procs import STARTED, TICK_S, kill_group
 from .server import Server
+
+WARMUP = -1  # a warm-up run's repeat number: never sent, never measured
+
+
+def plan_runs(cases: list[BenchCase]) -> list[tuple[BenchCase, int]]:
+    """Every run in order: per case its warm-up (unless off), then its repeats 0..repeats-1."""
+    return [(case, rep) for case in cases
+            for rep in ([WARMUP] if case.warmup else []) + list(range(int(case.repeats)))]
+
+
+def _number(value: object) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class Load:
@@ -33,46 +49,102 @@ class Load:
         self.check_abort = check_abort
         self.facts = facts
         self.bench_files: dict[str, str] = {}
+        self.cases: dict[str, CaseFacts] = {}
+        self.runs: list[tuple[BenchCase, int]] = []
+        self.started_at = 0.0
 
     def bench(self) -> float:
-        """Every case, `repeats` times; returns the seconds it took."""
+        """Every case: its warm-up, then `repeats` runs; returns the seconds it took."""
         t0 = time.monotonic()
         for case in self.spec.bench:
             self.bench_files[case.name] = self.output_of(case)
+            self.cases[case.name] = CaseFacts(name=case.name)
         self.facts.bench.files = self.bench_files  # fetched back even when a case fails
-        runs = [(case, rep) for case in self.spec.bench for rep in range(int(case.repeats))]
-        if self.spec.bench_one_process and runs and one_process_form(self.spec.bench):
-            OneProcess(self, runs).run()
+        self.facts.bench.cases = list(self.cases.values())
+        self.runs = plan_runs(self.spec.bench)
+        # The one process runs its clients back to back: a cool-down needs a process per run.
+        if (self.spec.bench_one_process and self.runs and one_process_form(self.spec.bench)
+                and self.spec.cooldown is None):
+            OneProcess(self, self.runs).run()
         else:
-            for case, rep in runs:
-                self._run_case(case, rep, self.output_of(case))
+            for i, (case, rep) in enumerate(self.runs):
+                if needs_cooldown(i):
+                    self.cool_down(case)
+                self._run_case(case, rep)
         return round(time.monotonic() - t0, 4)
 
-    def output_of(self, case: BenchCase) -> str:
-        return os.path.join(self.attempt_dir, "bench-%s.jsonl" % case.name)
+    def output_of(self, case: BenchCase, rep: int = 0) -> str:
+        return os.path.join(self.attempt_dir, "bench-%s%s.jsonl" % (case.name, ".warmup" if rep == WARMUP else ""))
 
-    def log_of(self, case: BenchCase) -> str:
-        return os.path.join(self.attempt_dir, "bench-%s.log" % case.name)
+    def log_of(self, case: BenchCase, rep: int = 0) -> str:
+        return os.path.join(self.attempt_dir, "bench-%s%s.log" % (case.name, ".warmup" if rep == WARMUP else ""))
+
+    def started(self, case: BenchCase, rep: int) -> None:
+        """A run starts: the case's first samples the GPUs; a measured one is announced."""
+        self.started_at = time.monotonic()
+        if rep == self.reps(case)[0]:
+            self.cases[case.name].gpu_start = gpu_state(self.env)
+        if rep == WARMUP:  # named now: a warm-up that fails is fetched (its log says why) as a case's run is
+            self.cases[case.name].warmup_file = self.output_of(case, rep)
+        else:
+            self.link.send(BenchStarted(case=case.name, repeat=rep))
 
     def result_of(self, case: BenchCase, rep: int, returncode: int, new: Optional[dict[str, Any]]) -> None:
-        """A run's end, whichever way it ran: its result sent on, or the case's failure raised."""
+        """A run's end, whichever way it ran: its result sent on (a warm-up's kept apart), or the case's failure
+        raised."""
+        what = "benchmark case %s%s" % (case.name, "'s warm-up" if rep == WARMUP else "")
         if returncode != 0:
-            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s exited %s:\n%s"
-                              % (case.name, returncode, read_tail(self.log_of(case), 3000)))
+            raise StageFailed(Status.BENCH_FAILED, "%s exited %s:\n%s"
+                              % (what, returncode, read_tail(self.log_of(case, rep), 3000)))
         if new is None:
-            raise StageFailed(Status.BENCH_FAILED, "benchmark case %s wrote no result line to its --output-file:\n%s"
-                              % (case.name, read_tail(self.log_of(case), 3000)))
-        self.link.send(BenchResult(case=case.name, repeat=rep, result=new))
+            raise StageFailed(Status.BENCH_FAILED, "%s wrote no result line to its --output-file:\n%s"
+                              % (what, read_tail(self.log_of(case, rep), 3000)))
+        facts = self.cases[case.name]
+        if rep == WARMUP:
+            facts.warmup = True
+            facts.warmup_s = _number(new.get("duration")) or round(time.monotonic() - self.started_at, 4)
+            facts.warmup_median_ttft_ms = _number(new.get("median_ttft_ms"))
+        else:
+            self.link.send(BenchResult(case=case.name, repeat=rep, result=new))
+        if rep == self.reps(case)[-1]:
+            facts.gpu_end = gpu_state(self.env)
+
+    def reps(self, case: BenchCase) -> list[int]:
+        return [rep for c, rep in self.runs if c.name == case.name]
+
+    def cool_down(self, case: BenchCase) -> None:
+        """The experiment's cool-down before a run of `case`, the server watched meanwhile; kept in its facts."""
+        cfg = self.spec.cooldown
+        if cfg is None:
+            return
+        waited = cool_down(cfg, lambda: gpu_state(self.env), self.pause, time.monotonic)
+        facts = self.cases[case.name]
+        facts.cooldown_s = round((facts.cooldown_s or 0.0) + waited.seconds, 3)
+        if waited.settled is not None:
+            facts.cooldown_settled = waited.settled and facts.cooldown_settled is not False
+
+    def pause(self, seconds: float) -> None:
+        """Wait `seconds` while still answering an abort and noticing a server crash."""
+        end = time.monotonic() + seconds
+        while True:
+            self.check_abort()
+            self.server.watch("serving")
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self.link.wake.wait(min(TICK_S, left))
+            self.link.wake.clear()
 
     def too_long(self, name: str) -> StageFailed:
         return StageFailed(Status.BENCH_FAILED, "benchmark case %s did not finish within %ss"
                            % (name, self.spec.timeouts.bench))
 
-    def _run_case(self, case: BenchCase, rep: int, out: str) -> None:
+    def _run_case(self, case: BenchCase, rep: int) -> None:
+        out = self.output_of(case, rep)
         argv = fill_slots(case.argv, self.spec.server.port) + ["--output-file", out]
-        self.link.send(BenchStarted(case=case.name, repeat=rep))
+        self.started(case, rep)
         lines_before = len(read_jsonl(out))
-        returncode = self.run_client(case.name, argv, self.log_of(case))
+        returncode = self.run_client(case.name, argv, self.log_of(case, rep))
         new = read_jsonl(out)[lines_before:]
         self.result_of(case, rep, returncode, new[-1] if new else None)
 

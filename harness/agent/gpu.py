@@ -8,11 +8,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Optional
 
-from ..common.protocol import GpuInfo
+from ..common.protocol import GpuInfo, GpuState
 from .hostio import run
 
 # What `query_gpus` asks nvidia-smi for each GPU (stack.py asks for more in the same call).
 GPU_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "memory.used")
+# What `gpu_state` asks for at a bench case's start and end, and while a cool-down waits to settle.
+STATE_FIELDS = ("index", "uuid", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "memory.used")
 
 
 def smi_text(env: Mapping[str, str], args: list[str]) -> Optional[str]:
@@ -52,6 +54,32 @@ def query_gpus(env: Mapping[str, str]) -> Optional[list[GpuInfo]]:
     nvidia-smi."""
     rows = gpu_rows(env, GPU_FIELDS)
     return None if rows is None else [gpu_info(r) for r in rows]
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    """nvidia-smi's number ('1980', '75.12'); None for '[N/A]', '[Not Supported]' or nothing."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _whole(text: Optional[str]) -> Optional[int]:
+    value = _number(text)
+    return None if value is None else int(round(value))
+
+
+def state_from_row(row: Mapping[str, str]) -> GpuState:
+    """One GPU's clocks, temperature, power draw and memory from its STATE_FIELDS row (`nounits`)."""
+    return GpuState(index=row.get("index", ""), sm_mhz=_whole(row.get("clocks.sm")),
+                    mem_mhz=_whole(row.get("clocks.mem")), temperature_c=_number(row.get("temperature.gpu")),
+                    power_w=_number(row.get("power.draw")), memory_used_mib=_whole(row.get("memory.used")))
+
+
+def gpu_state(env: Mapping[str, str]) -> Optional[list[GpuState]]:
+    """The server's GPUs now (one nvidia-smi query); None without nvidia-smi."""
+    rows = gpu_rows(env, STATE_FIELDS)
+    return None if rows is None else [state_from_row(r) for r in rows]
 
 
 def visible_gpus(gpus: list[dict[str, str]], cuda_visible_devices: Optional[str]) -> list[dict[str, str]]:

@@ -1,8 +1,9 @@
 """The bench stage with every client run in one process of the target's Python (bench_driver.py).
 
-Same events, files and failures as a process per run (bench.py): BenchStarted when a run starts, BenchResult
-with the line it added to its --output-file, the case's log, "exited N" / "wrote no result line" / "did not
-finish within" for a failed run; the server is watched all along, so a crash is reported as the crash it is.
+Same events, files and failures as a process per run (bench.py), warm-ups included: BenchStarted when a
+measured run starts, BenchResult with the line it added to its --output-file, the case's log, "exited N" /
+"wrote no result line" / "did not finish within" for a failed run; the server is watched all along, so a
+crash is reported as the crash it is. No cool-downs: the driver runs its clients back to back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, Protocol
 
-from ..common.protocol import BenchCase, BenchStarted, Spec, Status
+from ..common.protocol import BenchCase, Spec, Status
 from .errors import StageFailed
 from .hostio import fill_slots, read_jsonl, read_tail
 from .link import Link
@@ -43,8 +44,9 @@ class Load(Protocol):
     check_abort: Callable[[], None]
 
     def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen[bytes]: ...
-    def log_of(self, case: BenchCase) -> str: ...
-    def output_of(self, case: BenchCase) -> str: ...
+    def log_of(self, case: BenchCase, rep: int = 0) -> str: ...
+    def output_of(self, case: BenchCase, rep: int = 0) -> str: ...
+    def started(self, case: BenchCase, rep: int) -> None: ...
     def result_of(self, case: BenchCase, rep: int, returncode: int, new: Optional[dict[str, Any]]) -> None: ...
     def too_long(self, name: str) -> StageFailed: ...
 
@@ -67,9 +69,10 @@ class OneProcess:
             f.write(source)
         open(self.status, "w").close()
         port = self.load.spec.server.port
-        runs = [{"module": str(case.argv[2]), "log": self.load.log_of(case), "output": self.load.output_of(case),
-                 "args": fill_slots(case.argv[3:], port) + ["--output-file", self.load.output_of(case)]}
-                for case, _ in self.runs]
+        runs = [{"module": str(case.argv[2]), "log": self.load.log_of(case, rep),
+                 "output": self.load.output_of(case, rep),
+                 "args": fill_slots(case.argv[3:], port) + ["--output-file", self.load.output_of(case, rep)]}
+                for case, rep in self.runs]
         with open(self.plan, "w") as f:
             json.dump({"status": self.status, "runs": runs}, f)
         return [str(self.runs[0][0].argv[0]), self.driver, self.plan]
@@ -86,7 +89,7 @@ class OneProcess:
 
     def _follow(self, proc: subprocess.Popen[bytes]) -> None:
         load, seen, ended = self.load, 0, 0
-        current: Optional[BenchCase] = None
+        current: Optional[tuple[BenchCase, int]] = None
         deadline: Optional[float] = None
         while True:
             exited = proc.poll() is not None  # before reading: an exit's last events are then in the file
@@ -94,8 +97,8 @@ class OneProcess:
                 seen += 1
                 case, rep = self.runs[int(event["index"])]
                 if event.get("event") == "start":
-                    load.link.send(BenchStarted(case=case.name, repeat=rep))
-                    current, deadline = case, time.monotonic() + float(load.spec.timeouts.bench)
+                    load.started(case, rep)
+                    current, deadline = (case, rep), time.monotonic() + float(load.spec.timeouts.bench)
                 else:
                     load.server.watch("serving")  # a server crash explains a failed client better
                     current, deadline = None, None
@@ -106,13 +109,13 @@ class OneProcess:
                 return
             if exited:
                 load.server.watch("serving")
-                name = current.name if current else self.runs[ended][0].name
-                tail = read_tail(self.log, 1500) + (read_tail(load.log_of(current), 1500) if current else "")
+                name = current[0].name if current else self.runs[ended][0].name
+                tail = read_tail(self.log, 1500) + (read_tail(load.log_of(*current), 1500) if current else "")
                 raise StageFailed(Status.BENCH_FAILED, "the benchmark clients' process exited %s before case %s "
                                   "ended:\n%s" % (proc.returncode, name, tail))
             load.check_abort()
             load.server.watch("serving")
             if deadline is not None and current is not None and time.monotonic() > deadline:
-                raise load.too_long(current.name)
+                raise load.too_long(current[0].name)
             load.link.wake.wait(TICK_S)
             load.link.wake.clear()

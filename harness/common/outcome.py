@@ -239,7 +239,40 @@ class ServerFacts(Message):
 
 
 @dataclass
+class GpuState(Message):
+    """One GPU as a bench case starts or ends (one nvidia-smi query); None: not shown ([N/A]) or unknown."""
+
+    index: str = ""
+    sm_mhz: Optional[int] = None
+    mem_mhz: Optional[int] = None
+    temperature_c: Optional[float] = None
+    power_w: Optional[float] = None
+    memory_used_mib: Optional[int] = None  # what the last case (or anything else) left on it
+
+
+@dataclass
+class CaseFacts(Message):
+    """What a bench case's measured repeats ran after and between: its warm-up pass (same shape, kept apart
+    from the metrics), the cool-downs waited and the GPUs' state at its start and end (None: no nvidia-smi)."""
+
+    NESTED: ClassVar[Nested] = {"gpu_start": (GpuState, True), "gpu_end": (GpuState, True)}
+
+    name: str = ""
+    warmup: bool = False  # a warm-up pass ran (and ended) before the measured repeats
+    warmup_s: Optional[float] = None  # its wall time
+    warmup_median_ttft_ms: Optional[float] = None  # from its own result line (a compile shows here)
+    warmup_file: Optional[str] = None  # its JSONL on the host (never summarised into the metrics)
+    cooldown_s: Optional[float] = None  # seconds waited in cool-downs before this case's runs
+    cooldown_settled: Optional[bool] = None  # until_settled: every wait settled (False: one hit max_s)
+    gpu_start: Optional[list[GpuState]] = None
+    gpu_end: Optional[list[GpuState]] = None
+
+
+@dataclass
 class BenchFacts(Message):
+    NESTED: ClassVar[Nested] = {"cases": (CaseFacts, True)}
+
+    cases: Optional[list[CaseFacts]] = None  # per case, in order: warm-up, cool-down, GPU state
     files: Optional[dict[str, str]] = None  # case → its results file on the host (fetched even when it failed)
     profile_files: Optional[list[str]] = None
     profile_error: Optional[str] = None  # the profile stage never fails the attempt: this says what went wrong

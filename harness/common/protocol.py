@@ -21,11 +21,13 @@ from typing import Any, ClassVar, Dict, Optional, Union
 from .outcome import (
     JOURNAL_VERSION,
     BenchFacts,
+    CaseFacts,
     ChangedPaths,
     GcEntry,
     GcReport,
     GpuClocks,
     GpuInfo,
+    GpuState,
     Journal,
     JournalServer,
     LockHolder,
@@ -42,12 +44,12 @@ from .outcome import (
 )
 from .wire import PROTOCOL, Message, Nested, ProtocolError
 
-__all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "ChangedPaths", "Event",
-           "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest", "GpuClocks", "GpuInfo", "Journal",
-           "JournalServer", "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT",
-           "PreflightFacts", "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus", "Requirements",
-           "RevertReport", "ServerFacts", "ServerSpec", "Spec", "StackFacts", "Status", "StopReport", "Timeouts",
-           "decode", "encode"]
+__all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "CaseFacts",
+           "ChangedPaths", "Cooldown", "Event", "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest",
+           "GpuClocks", "GpuInfo", "GpuState", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
+           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
+           "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
+           "StackFacts", "Status", "StopReport", "Timeouts", "decode", "encode"]
 
 
 class Mode(str, Enum):
@@ -80,6 +82,22 @@ class BenchCase(Message):
     name: str
     argv: list[ArgvItem]
     repeats: int = 1
+    warmup: bool = True  # one discarded run of the same shape before the measured repeats
+
+
+@dataclass
+class Cooldown(Message):
+    """A wait before every benchmark run but the attempt's first: `seconds`, or with `until_settled` until the
+    GPUs' SM clock and temperature settle (the last `window` samples, `interval_s` apart, within the
+    tolerances), never longer than `max_s`."""
+
+    seconds: float = 0.0
+    until_settled: bool = False
+    max_s: float = 60.0
+    interval_s: float = 1.0
+    window: int = 5
+    sm_tolerance_mhz: float = 15.0
+    temp_tolerance_c: float = 1.0
 
 
 @dataclass
@@ -159,7 +177,8 @@ class Spec(Message):
     NESTED: ClassVar[Nested] = {
         "server": (ServerSpec, False), "bench": (BenchCase, True), "profile": (ProfileSpec, False),
         "requirements": (Requirements, False), "patches": (PatchEntry, True), "files": (FileEntry, True),
-        "timeouts": (Timeouts, False), "answers": (AnswersSpec, False), "gc": (GcRequest, False)}
+        "timeouts": (Timeouts, False), "answers": (AnswersSpec, False), "gc": (GcRequest, False),
+        "cooldown": (Cooldown, False)}
 
     run_id: str
     attempt_id: str
@@ -192,6 +211,7 @@ class Spec(Message):
     bench_one_process: bool = True
     requirements: Requirements = field(default_factory=Requirements)
     gc: Optional[GcRequest] = None  # mode gc: the retention rule
+    cooldown: Optional[Cooldown] = None  # None: runs follow each other at once
 
     @classmethod
     def decode(cls, data: Any) -> Spec:

@@ -11,7 +11,8 @@ from dataclasses import MISSING, fields, is_dataclass
 from enum import Enum
 from typing import Any, ClassVar, Dict, Tuple, Type, TypeVar
 
-PROTOCOL = 8  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc
+PROTOCOL = 9  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc;
+# 9: warm-up per case and cool-down (BenchCase.warmup, Spec.cooldown, BenchFacts.cases)
 
 T = TypeVar("T")
 

@@ -7,13 +7,13 @@ file and line and, for a misspelt key, the closest valid one.
 
 from __future__ import annotations
 
-import math
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..common.protocol import Cooldown as WireCooldown  # the agent's cool-down defaults
 from ..common.protocol import Timeouts as Wire  # the agent's timeouts, as the spec carries them
 from ..errors import ConfigError
 from .configerrors import SAFE_NAME, config_error
@@ -22,6 +22,7 @@ from .yamlsrc import YamlDoc, load_yaml
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Name = Annotated[str, Field(pattern=SAFE_NAME)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]  # YAML's .inf and .nan are no number of seconds
 EnvMap = dict[Annotated[str, Field(pattern=ENV_NAME)], str]
 # GPU architectures as SGLang's hosts report them (compute capability 9.0 → sm90); the one list of them.
 Arch = Literal["sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120", "sm121"]
@@ -202,23 +203,37 @@ class BenchCase(Strict):
     extra_args: tuple[str, ...] = ()
     repeats: int | None = Field(None, ge=1, description="runs of this case per attempt (default: the "
                                                          "experiment's `repeats`)")
+    warmup: bool = Field(True, description="run the case once, discarded, before its measured repeats (same "
+                                           "concurrency, lengths and prompts): a first-use compile lands there")
+
+
+class CooldownSettings(Strict):
+    """A wait before every benchmark run but the attempt's first: `seconds`, then (with `until_settled`) until
+    the GPUs' SM clock and temperature settle (the last `window` samples within the tolerances), at most `max_s`."""
+
+    seconds: Finite = Field(0.0, ge=0)
+    until_settled: bool = False
+    max_s: Finite = Field(WireCooldown.max_s, gt=0)
+    interval_s: Finite = Field(WireCooldown.interval_s, gt=0)
+    window: int = Field(WireCooldown.window, ge=2)
+    sm_tolerance_mhz: Finite = Field(WireCooldown.sm_tolerance_mhz, ge=0)
+    temp_tolerance_c: Finite = Field(WireCooldown.temp_tolerance_c, ge=0)
+
+    @model_validator(mode="after")
+    def _something(self) -> CooldownSettings:
+        if not self.seconds and not self.until_settled:
+            raise ValueError("cooldown: give `seconds: N`, `until_settled: true`, or both")
+        return self
 
 
 class Timeouts(Strict):  # names and defaults are the agent's (Wire, the one list); the bounds are the YAML's
-    ready: float = Field(Wire.ready, gt=0, description="launch → ready, seconds")
-    no_progress: float = Field(Wire.no_progress, gt=0, description="log silent this long while not ready → hung")
-    bench: float = Field(Wire.bench, gt=0, description="per benchmark case run")
-    stop_grace: float = Field(Wire.stop_grace, ge=0, description="SIGTERM → SIGKILL")
-    fatal_grace: float = Field(Wire.fatal_grace, ge=0, description="fatal log line while alive → crash after this")
-    gpu_release: float = Field(Wire.gpu_release, ge=0, description="after stop: wait this long for GPU memory "
+    ready: Finite = Field(Wire.ready, gt=0, description="launch → ready, seconds")
+    no_progress: Finite = Field(Wire.no_progress, gt=0, description="log silent this long while not ready → hung")
+    bench: Finite = Field(Wire.bench, gt=0, description="per benchmark case run")
+    stop_grace: Finite = Field(Wire.stop_grace, ge=0, description="SIGTERM → SIGKILL")
+    fatal_grace: Finite = Field(Wire.fatal_grace, ge=0, description="fatal log line while alive → crash after this")
+    gpu_release: Finite = Field(Wire.gpu_release, ge=0, description="after stop: wait this long for GPU memory "
                                "to be freed")
-
-    @model_validator(mode="after")
-    def _finite(self) -> Timeouts:
-        for name in type(self).model_fields:
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number of seconds")
-        return self
 
 
 class ProfileSettings(Strict):
@@ -252,17 +267,10 @@ class AnswersSettings(Strict):
     prefix_hit: bool = Field(True, description="send the prompts a second time: each prefill is then a prefix-cache "
                              "hit (a paged prefill over the cached rows), so that path is checked as well as decode")
     vocab: int = Field(32000, ge=101, description="token ids are drawn from [100, vocab)")
-    max_dlogprob: float = Field(0.25, ge=0, description="largest |Δ logprob| of the chosen token (before a "
+    max_dlogprob: Finite = Field(0.25, ge=0, description="largest |Δ logprob| of the chosen token (before a "
                                 "divergence) that still passes")
-    tie_margin: float = Field(0.1, ge=0, description="a divergence passes only as a near-tie: the reference's "
+    tie_margin: Finite = Field(0.1, ge=0, description="a divergence passes only as a near-tie: the reference's "
                               "logprob of its own token minus that of the row's token at most this")
-
-    @model_validator(mode="after")
-    def _finite(self) -> AnswersSettings:
-        for name in ("max_dlogprob", "tie_margin"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number")
-        return self
 
 
 class Experiment(Strict):
@@ -286,6 +294,7 @@ class Experiment(Strict):
     bench_clients: Literal["one-process", "per-run"] = Field(
         "one-process", description="how the bench cases' clients run: all in one process of the host's Python "
         "(their imports paid once), or a process per run (each case and repeat)")
+    cooldown: CooldownSettings | None = Field(None, description="a wait between runs (runs them a process each)")
 
     @model_validator(mode="after")
     def _profile_case(self) -> Experiment:

@@ -66,10 +66,14 @@ def _key_fields(exp: Experiment) -> dict[str, Any]:
     for case in data["bench"]:
         if case.get("repeats") is None:
             case.pop("repeats", None)
+        if case.get("warmup") is True:  # the warm-up pass (issue 36), when it is the default
+            case.pop("warmup", None)
     if data.get("answers") is None:  # likewise the answer check
         data.pop("answers", None)
     if data.get("bench_clients") == "one-process":  # and how the clients run, when it is the default
         data.pop("bench_clients", None)
+    if data.get("cooldown") is None:  # and the cool-down, when there is none
+        data.pop("cooldown", None)
     return data
 
 

@@ -146,6 +146,30 @@ class StackInfo(_Strict):
     gpus: list[ClocksInfo] | None = None
 
 
+class GpuStateInfo(_Strict):
+    """One GPU as a bench case started or ended (protocol.GpuState); null: nvidia-smi did not show it."""
+
+    index: DisplayLine = ""
+    sm_mhz: int | None = None
+    mem_mhz: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    memory_used_mib: int | None = None
+
+
+class CaseRun(_Strict):
+    """How a bench case was run (protocol.CaseFacts): its warm-up pass, kept apart from `metrics`; the
+    cool-downs before its runs; the GPUs at its start and end (absent: no nvidia-smi)."""
+
+    warmup: bool = False  # a warm-up pass of the case's shape ran before the measured repeats
+    warmup_s: float | None = None  # its duration (bench_serving's own)
+    warmup_median_ttft_ms: float | None = None  # a first-use compile shows here, not in the metrics
+    cooldown_s: float | None = None
+    cooldown_settled: bool | None = None
+    gpu_start: list[GpuStateInfo] | None = None
+    gpu_end: list[GpuStateInfo] | None = None
+
+
 class Provenance(_Strict):
     base_commit: str | None = None
     patch_sets: dict[str, str] = {}  # name → sha256 of its contents
@@ -205,6 +229,7 @@ class Record(_Strict):
     timings: dict[str, float] = {}
     detect_latency_s: float | None = None
     metrics: dict[str, dict[str, Any]] = {}  # per bench case: medians, `repeats`, and every repeat in `samples`
+    bench_cases: dict[str, CaseRun] | None = None  # per bench case: warm-up, cool-down, GPU state
     provenance: Provenance = Provenance()
     revert: Revert | None = None
     # what the experiment expected, and what the server was

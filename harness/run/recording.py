@@ -55,8 +55,27 @@ def agent_facts(final: Final, fetch_missing: list[str], profile_error: str | Non
     facts = {"dirty": pre.dirty, "locked_by": given(pre.locked_by), "fetch_missing": fetch_missing,
              "port_in_use": pre.port_in_use, "cannot_run": pre.cannot_run, "preflight_warnings": pre.warnings,
              "arch": pre.arch, "budget_exceeded": final.budget_exceeded, "gpu_dirty": final.gpu_dirty,
-             "profile_error": profile_error}
+             "profile_error": profile_error, "bench_cases": case_runs(final)}
     return {name: value for name, value in facts.items() if value}
+
+
+def bench_outputs(final: Final) -> list[tuple[str, str]]:
+    """(name, JSONL path on the host) of every bench output to fetch: each case's, then each warm-up's as
+    `<case>.warmup` (its log beside it, as a case's)."""
+    warmups = [(c.name + ".warmup", c.warmup_file) for c in final.bench.cases or [] if c.warmup_file]
+    return list((final.bench.files or {}).items()) + warmups
+
+
+def case_runs(final: Final) -> dict[str, Any] | None:
+    """Per bench case, how it ran (warm-up, cool-down, GPU state): the facts that apply; the warm-up's file
+    stays on the host's side of the record (it is fetched beside the case's own)."""
+    out = {}
+    for case in final.bench.cases or []:
+        facts = given(case) or {}
+        facts.pop("name", None)
+        facts.pop("warmup_file", None)
+        out[case.name] = facts
+    return out or None
 
 
 def given(part: object) -> dict[str, Any] | None:

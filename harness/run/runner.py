@@ -43,7 +43,7 @@ from ..results.schemas import Record, SlurmJob, SweepAttempt
 from ..results.store import ResultsStore
 from ..safetext import display_line
 from ..triage.classify import triage_text
-from .recording import AgentReport, make_provisional_record, make_record, recovery_facts
+from .recording import AgentReport, bench_outputs, make_provisional_record, make_record, recovery_facts
 
 
 class Reporter(Protocol):
@@ -375,7 +375,7 @@ def _fetch_artifacts(t: Transport, final: Final, directory: Path) -> list[str]:
     wanted: list[tuple[str, str]] = []
     if final.server.log:
         wanted.append((final.server.log, "server.log"))
-    for case, path in (final.bench.files or {}).items():
+    for case, path in bench_outputs(final):
         wanted += [(path, f"bench-{case}.jsonl"), (path[: -len(".jsonl")] + ".log", f"bench-{case}.log")]
     wanted += [(final.bench.answers_file, "answers.json")] if final.bench.answers_file else []
     if final.bench.profile_files:

@@ -57,4 +57,7 @@ def test_one_process_and_a_process_per_run_measure_the_same_cases(tmp_path):
     drivers = sorted(p.parent.name for p in work.rglob("bench-driver.plan.json"))
     assert len(drivers) == 1, drivers  # only the one-process attempt ran the driver
     status = next(work.rglob("bench-driver.status.jsonl")).read_text().splitlines()
-    assert len(status) == 2 * 3  # three runs: bs1 once, bs2 twice, each a start and an end
+    assert len(status) == 2 * 5  # five runs: bs1 once, bs2 twice, each after its warm-up; a start and an end
+    for rec in records.values():  # the warm-ups ran either way, kept beside the metrics, never in them
+        assert rec.bench_cases is not None and set(rec.bench_cases) == {"bs1", "bs2"}
+        assert all(c.warmup and c.warmup_median_ttft_ms is not None for c in rec.bench_cases.values())

@@ -312,7 +312,7 @@ def test_sigterm_or_sighup_stops_reverts_and_keeps_the_cases_already_measured(tm
                          bench=[{"name": "short", "num_prompts": 2, "input_len": 16, "output_len": 8,
                                  "max_concurrency": 1},
                                 {"name": "long", "num_prompts": 400, "input_len": 32, "output_len": 64,
-                                 "max_concurrency": 1}])
+                                 "max_concurrency": 1, "warmup": False}])  # its measured run is interrupted
     proc = subprocess.Popen(HARNESS + ["run", str(f), "--results-dir", str(tmp_path / "results")], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:

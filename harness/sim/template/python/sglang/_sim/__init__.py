@@ -22,6 +22,10 @@ Environment knobs (all optional):
   call blocks, as SGLang's does (its tokenizer manager waits for the scheduler without a timeout).
 * ``SGLANG_SIM_LEAK_GPU_MEMORY`` "1": the simulated driver keeps the server's GPU memory held
   after its processes are gone (``nvidia-smi --query-compute-apps`` keeps listing it).
+* ``SGLANG_SIM_JIT_BUILD_S`` device seconds a first-use kernel build takes (default 2.0, i.e. 0.2 s of
+  wall time at the default scales; 0: none): the first prefill batch of a new shape (requests in flight in
+  tiles of 1, up to 8, then powers of two; the longest input rounded up to a power of two) pays it once
+  per server, with FlashInfer's ``flashinfer.jit: Loading JIT ops: …`` lines, as a JIT build does.
 * ``SGLANG_SIM_STATE_DIR``      where the simulated GPUs are described
   (default: ``<sys.prefix>/sglang-sim``, i.e. inside the venv).
 """
@@ -101,6 +105,10 @@ def crash_in_bench():
     if value < 0:
         raise ValueError("SGLANG_SIM_CRASH_IN_BENCH must be >= 0")
     return value
+
+
+def jit_build_s():
+    return _env_float("SGLANG_SIM_JIT_BUILD_S", 2.0)
 
 
 def profile_export_s():

@@ -11,11 +11,19 @@ import logging
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
 
-from sglang._sim import crash_in_bench, device_seconds_to_wall, ignore_sigterm, milestone, profile_stall_s
+from sglang._sim import (
+    crash_in_bench,
+    device_seconds_to_wall,
+    ignore_sigterm,
+    jit_build_s,
+    milestone,
+    profile_stall_s,
+)
 from sglang._sim.gpus import load_facts
 from sglang._sim.profiler import Recorder
 from sglang.srt.configs.model_config import ModelConfig
@@ -57,6 +65,28 @@ class Req:
         if self.stop_at < self.max_new_tokens:
             return {"type": "stop", "matched": EOS_TOKEN_ID}
         return {"type": "length", "length": self.max_new_tokens}
+
+
+def _pow2(n):
+    b = 1
+    while b < n:
+        b *= 2
+    return b
+
+
+def jit_shape(in_flight, input_lens):
+    """The prefill kernel a batch needs, as a JIT build specializes it: the requests in flight (running plus
+    this batch: the concurrency the server sees) in tiles of 1, up to 8, then powers of two, and the longest
+    new input rounded up to a power of two."""
+    tile = 1 if in_flight <= 1 else max(8, _pow2(in_flight))
+    return (tile, _pow2(max(input_lens)))
+
+
+def jit_log(message):
+    """FlashInfer's JIT logger, with its own format (not SGLang's prefix), as a real server log shows it."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S") + ",%03d" % (int(time.time() * 1000) % 1000)
+    sys.stderr.write("%s - INFO - flashinfer.jit: %s\n" % (stamp, message))
+    sys.stderr.flush()
 
 
 class Scheduler:
@@ -112,6 +142,7 @@ class Scheduler:
         self.crash_after = crash_in_bench()
         self._reference_costs = None
         self.forward_ct = 0
+        self.built_shapes = set()  # prefill shapes whose kernels this server has built (in memory, per server)
         sa = server_args
         backend = sa.decode_attention_backend or sa.attention_backend or "flashinfer"
         self.profiler_manager = SchedulerProfilerManager(
@@ -219,6 +250,22 @@ class Scheduler:
         if self.finished_client_reqs >= self.crash_after:
             raise RuntimeError(ILLEGAL_MEMORY_ACCESS)
 
+    def _jit_build(self, reqs):
+        """The first prefill batch of a new shape builds its kernel first (extra time, FlashInfer's two JIT
+        lines); later batches of that shape do not. The startup warmup's shapes are built silently with the
+        CUDA graphs (SGLang's own startup log shows no JIT lines)."""
+        shape = jit_shape(len(self.running) + len(reqs), [r.input_len for r in reqs])
+        if shape in self.built_shapes:
+            return
+        self.built_shapes.add(shape)
+        cost = jit_build_s()
+        if all(r.internal for r in reqs) or cost <= 0:
+            return
+        name = "batch_prefill_with_ragged_kv_cache_bs_%d_len_%d_dtype_q_bf16_dtype_kv_bf16" % shape
+        jit_log("Loading JIT ops: %s" % name)
+        time.sleep(device_seconds_to_wall(cost))
+        jit_log("Finished loading JIT ops: %s" % name)
+
     def _step(self, forward_batch, reqs):
         mode = "decode" if forward_batch.forward_mode.is_decode() else "extend"
         self.forward_ct += 1
@@ -265,6 +312,7 @@ class Scheduler:
             return
         forward_batch = ForwardBatch.extend([r.input_len for r in batch], [r.input_len for r in batch])
         tic = time.perf_counter()
+        self._jit_build(batch)
         self._step(forward_batch, batch)
         gap = time.perf_counter() - tic
         if self.tp_rank == 0:
