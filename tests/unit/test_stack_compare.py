@@ -70,6 +70,7 @@ def test_several_differences_beyond_what_matters_are_listed_in_one_note():
     assert len(notes) == 1
     listed = notes[0].split(": ", 1)[1].split(", ")
     assert len(listed) == 2 and any("570.144.0" in x for x in listed) and any("bbbbbbbb" in x for x in listed)
+    assert all(x.startswith(("driver version ", "packages ")) for x in listed), listed
 
 
 def test_only_the_packages_hash_differs_a_note_and_the_verdict_stands():
