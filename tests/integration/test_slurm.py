@@ -126,8 +126,15 @@ def table(results: Path, run_id: str) -> list[tuple]:
     assert p.returncode == 0, p.stdout + p.stderr
     rows = json.loads(p.stdout)["rows"]
     return sorted((r["experiment"], r["backend"], r["status"], r["attempts"], r["ok"], r["category"],
-                   tuple(sorted((case, c["n"], c.get("verdict")) for case, c in r["cells"].items())))
+                   tuple(sorted((case, c["n"], judged(c.get("verdict"))) for case, c in r["cells"].items())))
                   for r in rows)
+
+
+def judged(verdict: str | None) -> str | None:
+    """Whether a cell was compared against the baseline, not which way it came out: the way (better / same) is a
+    test on timed samples, and two sweeps on a loaded 2-core machine can land either side of the bar on a close
+    case (CI saw decode-bs1 'better' through Slurm and 'same' over SSH). The verdict rule has its own tests."""
+    return "compared" if verdict in ("better", "worse", "same") else verdict
 
 
 def run_id_of(results: Path) -> str:
@@ -148,9 +155,7 @@ def test_a_sim_sweep_through_slurm_gives_the_same_table_as_over_ssh_one_job_per_
         **sshd.host_entry(), "repo": str(ssh_target.repo), "python": str(ssh_target.python), "gpus": 8,
         "arch": "sm90", "workdir": str(tmp_path / "ssh-work")}}}))
     ssh_res = tmp_path / "results-ssh"
-    # The same sweep through Slurm, then over SSH. One after the other, not side by side: each case's verdict
-    # (better / same) is a test on measured samples, and two sweeps sharing two cores under a parallel suite
-    # measured noise enough to turn a "better" into "same" on one side only.
+    # The same sweep through Slurm, then over SSH, one after the other so that the two do not share the cores.
     for inv, out in ((hosts, res), (ssh_hosts, ssh_res)):
         p = subprocess.run(HARNESS + ["sweep", str(SIM_SWEEP), "--hosts-file", str(inv), "--results-dir", str(out)],
                            cwd=tmp_path, capture_output=True, text=True, timeout=900)
