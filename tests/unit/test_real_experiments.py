@@ -1,0 +1,30 @@
+"""The live-GPU experiments measure enough to decide: every bench case of every experiment under
+experiments/real-h200 runs at least compare.MIN_SAMPLES times per attempt, the fewest at which the two-sided
+Mann-Whitney test can reach p < 0.05 (else the table can only print "?"). A case opts out only by saying
+`repeats: 1` itself, for what is not a number (greedy texts, the negative control). Each file also loads
+through the harness's own validation, so a key the config no longer knows fails here, not on the GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.experiments.config import load_experiment
+from harness.results.compare import MIN_SAMPLES
+
+ROOT = Path(__file__).resolve().parents[2] / "experiments" / "real-h200"
+EXPERIMENT_FILES = sorted(p for p in ROOT.rglob("*.yaml") if "backend" in yaml.safe_load(p.read_text()))
+
+
+def test_the_live_experiments_are_found() -> None:
+    assert len(EXPERIMENT_FILES) >= 10, EXPERIMENT_FILES
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_measured_case_has_enough_repeats_for_the_test_to_decide(path: Path) -> None:
+    exp = load_experiment(path)
+    too_few = {case.name: case.repeats or exp.repeats for case in exp.bench
+               if case.repeats != 1 and (case.repeats or exp.repeats) < MIN_SAMPLES}
+    assert not too_few, f"{path.name}: cases measured fewer than {MIN_SAMPLES} times: {too_few}"
