@@ -18,7 +18,6 @@ import math
 
 import torch
 
-torch.manual_seed(0)
 H, NH, L, E, TOPK, V, T, B = 512, 8, 27, 16, 4, 4096, 96, 16
 D = H // NH
 
@@ -43,11 +42,11 @@ def forward(P, ids, kv):  # kv: how K and V are perturbed (identity, fp8, scale)
     mask = torch.full((Tn, Tn), float("-inf")).triu(1)
     for p in P["layers"]:
         h = rms(x)
-        q = (h @ p["q"].T).view(B, Tn, NH, D).transpose(1, 2)
-        k = kv(h @ p["k"].T).view(B, Tn, NH, D).transpose(1, 2)
-        v = kv(h @ p["v"].T).view(B, Tn, NH, D).transpose(1, 2)
+        q = (h @ p["q"].T).view(-1, Tn, NH, D).transpose(1, 2)
+        k = kv(h @ p["k"].T).view(-1, Tn, NH, D).transpose(1, 2)
+        v = kv(h @ p["v"].T).view(-1, Tn, NH, D).transpose(1, 2)
         a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + mask, -1) @ v
-        x = x + a.transpose(1, 2).reshape(B, Tn, H) @ p["o"].T
+        x = x + a.transpose(1, 2).reshape(-1, Tn, H) @ p["o"].T
         h = rms(x)
         logits = h @ p["gate"].T
         wts, idx = torch.topk(torch.softmax(logits, -1), TOPK, -1)
@@ -61,18 +60,24 @@ def forward(P, ids, kv):  # kv: how K and V are perturbed (identity, fp8, scale)
         x = x + out
     return torch.log_softmax(rms(x) @ P["head"].T, -1)
 
-ids = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(2))
-for init in ("current", "calm"):
-    P = make(init)
-    with torch.no_grad():
-        ref = forward(P, ids, lambda t: t)
-        tok = ref.argmax(-1)
-        lp_ref = ref.gather(-1, tok[..., None])[..., 0]
-        out = {}
-        for name, kv in (("fp8", fp8), ("fp8+5%", lambda t: fp8(t) * 1.05), ("5%", lambda t: t * 1.05)):
-            lp = forward(P, ids, kv)
-            d = (lp.gather(-1, tok[..., None])[..., 0] - lp_ref).abs()[:, T // 2:]
-            agree = (lp.argmax(-1) == tok)[:, T // 2:].float().mean().item()
-            out[name] = (d.median().item(), agree)
-        peak = lp_ref[:, T // 2:].median().item()
-    print(init, "median top logprob %.3f" % peak, " ".join("%s: med|Δ| %.4f top1 %.0f%%" % (k, m, a * 100) for k, (m, a) in out.items()))
+def main():
+    torch.manual_seed(0)
+    ids = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(2))
+    for init in ("current", "calm"):
+        P = make(init)
+        with torch.no_grad():
+            ref = forward(P, ids, lambda t: t)
+            tok = ref.argmax(-1)
+            lp_ref = ref.gather(-1, tok[..., None])[..., 0]
+            out = {}
+            for name, kv in (("fp8", fp8), ("fp8+5%", lambda t: fp8(t) * 1.05), ("5%", lambda t: t * 1.05)):
+                lp = forward(P, ids, kv)
+                d = (lp.gather(-1, tok[..., None])[..., 0] - lp_ref).abs()[:, T // 2:]
+                agree = (lp.argmax(-1) == tok)[:, T // 2:].float().mean().item()
+                out[name] = (d.median().item(), agree)
+            peak = lp_ref[:, T // 2:].median().item()
+        print(init, "median top logprob %.3f" % peak, " ".join("%s: med|Δ| %.4f top1 %.0f%%" % (k, m, a * 100) for k, (m, a) in out.items()))
+
+
+if __name__ == "__main__":
+    main()

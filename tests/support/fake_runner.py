@@ -25,6 +25,10 @@ class FakeRunner:
         self.runs: list[tuple[str, str, str]] = []  # (host, experiment, status), in the order they ended
         self.probes: list[tuple[str, bool]] = []  # (host, answered), in order
         self.reported_arch: dict[str, str] = {}  # host → the arch its probe reports when the inventory has none
+        # Hosts that die at one moment: each one's first failure waits for the others' (a barrier), so that
+        # a test of simultaneous deaths does not depend on which worker thread the machine starts first.
+        self.die_together: threading.Barrier | None = None
+        self._met: set[str] = set()
         self._lock = threading.Lock()
 
     def kill(self, host: str, why: str = "connection timed out") -> None:
@@ -52,6 +56,10 @@ class FakeRunner:
         directory = store.new_attempt_dir(run_id, resolved.name)
         with self._lock:
             why = self.dead.get(host_name)
+            meet = why is not None and self.die_together is not None and host_name not in self._met
+            self._met.add(host_name)
+        if meet and self.die_together is not None:
+            self.die_together.wait(timeout=30)
         extra = record_extra.model_dump(by_alias=True) if record_extra is not None else {}
         status = Status.INFRA_ERROR if why else Status.OK
         rec = Record(run_id=run_id, experiment=resolved.name, attempt=directory.name, host=host_name,

@@ -126,10 +126,13 @@ def test_a_host_dying_midway_leaves_its_work_to_the_others(tmp_path):
 
 
 def test_work_only_down_hosts_could_run_is_left_for_a_resume(tmp_path):
-    """Both sm90 hosts die: nothing is refused (a known sm90 host would run it), all is left, the sweep ends."""
+    """Both sm90 hosts die at once: nothing is refused (a known sm90 host would run it), all is left, the sweep
+    ends. At once: had one host failed an attempt and the other then failed the same attempt before either
+    was down, Scheduler._may_retry charges it both tries and gives it up: no healthy host is left to try it."""
     hosts = {"a": _host("sm90"), "b": _host("sm90")}
     f = _sweep(tmp_path, ["flashinfer-mla", "triton"], rounds=2)
     runner = FakeRunner()
+    runner.die_together = threading.Barrier(2)
     runner.kill("a")
     runner.kill("b")
     outcome = _scheduler(tmp_path, f, hosts, runner, Log()).run()
