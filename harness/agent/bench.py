@@ -1,8 +1,9 @@
 """Load against the running server: SGLang's own benchmark clients (the profile stage is `profiling`).
 
 Clients run while the server is still watched, so a server crash mid-benchmark is reported as the
-crash it is, not as a failed client. Each case first runs once more as its warm-up (same arguments, its own
-`.warmup.jsonl` and log, never sent as a BenchResult: the metrics never see it) unless `warmup` is off; the
+crash it is, not as a failed client. Each case first runs its warm-up (`warmup_argv`: one wave of the case's
+prompts; its own `.warmup.jsonl` and log, never sent as a BenchResult: the metrics never see it) unless it has
+none; the
 GPUs' state is sampled as a case starts and ends, and `Spec.cooldown` waits before every run but the first.
 """
 
@@ -31,7 +32,7 @@ WARMUP = -1  # a warm-up run's repeat number: never sent, never measured
 def plan_runs(cases: list[BenchCase]) -> list[tuple[BenchCase, int]]:
     """Every run in order: per case its warm-up (unless off), then its repeats 0..repeats-1."""
     return [(case, rep) for case in cases
-            for rep in ([WARMUP] if case.warmup else []) + list(range(int(case.repeats)))]
+            for rep in ([WARMUP] if case.warmup_argv is not None else []) + list(range(int(case.repeats)))]
 
 
 def _number(value: object) -> Optional[float]:
@@ -75,6 +76,9 @@ class Load:
 
     def output_of(self, case: BenchCase, rep: int = 0) -> str:
         return os.path.join(self.attempt_dir, "bench-%s%s.jsonl" % (case.name, ".warmup" if rep == WARMUP else ""))
+
+    def argv_of(self, case: BenchCase, rep: int) -> list[Any]:
+        return case.argv_for(rep == WARMUP)
 
     def log_of(self, case: BenchCase, rep: int = 0) -> str:
         return os.path.join(self.attempt_dir, "bench-%s%s.log" % (case.name, ".warmup" if rep == WARMUP else ""))
@@ -141,7 +145,7 @@ class Load:
 
     def _run_case(self, case: BenchCase, rep: int) -> None:
         out = self.output_of(case, rep)
-        argv = fill_slots(case.argv, self.spec.server.port) + ["--output-file", out]
+        argv = fill_slots(self.argv_of(case, rep), self.spec.server.port) + ["--output-file", out]
         self.started(case, rep)
         lines_before = len(read_jsonl(out))
         returncode = self.run_client(case.name, argv, self.log_of(case, rep))

@@ -44,6 +44,7 @@ class Load(Protocol):
     check_abort: Callable[[], None]
 
     def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen[bytes]: ...
+    def argv_of(self, case: BenchCase, rep: int) -> list[Any]: ...
     def log_of(self, case: BenchCase, rep: int = 0) -> str: ...
     def output_of(self, case: BenchCase, rep: int = 0) -> str: ...
     def started(self, case: BenchCase, rep: int) -> None: ...
@@ -71,7 +72,8 @@ class OneProcess:
         port = self.load.spec.server.port
         runs = [{"module": str(case.argv[2]), "log": self.load.log_of(case, rep),
                  "output": self.load.output_of(case, rep),
-                 "args": fill_slots(case.argv[3:], port) + ["--output-file", self.load.output_of(case, rep)]}
+                 "args": fill_slots(self.load.argv_of(case, rep)[3:], port)
+                 + ["--output-file", self.load.output_of(case, rep)]}
                 for case, rep in self.runs]
         with open(self.plan, "w") as f:
             json.dump({"status": self.status, "runs": runs}, f)

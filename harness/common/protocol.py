@@ -82,7 +82,13 @@ class BenchCase(Message):
     name: str
     argv: list[ArgvItem]
     repeats: int = 1
-    warmup: bool = True  # one discarded run of the same shape before the measured repeats
+    # The discarded run before the measured repeats: the case's own arguments with one wave of prompts (its
+    # concurrency's worth); None: no warm-up. Only --num-prompts differs from `argv` (the secrets are argv's).
+    warmup_argv: Optional[list[ArgvItem]] = None
+
+    def argv_for(self, warmup: bool) -> list[ArgvItem]:
+        """The arguments of one run: the warm-up's, or the case's."""
+        return self.warmup_argv if warmup and self.warmup_argv is not None else self.argv
 
 
 @dataclass

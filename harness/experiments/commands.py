@@ -88,6 +88,14 @@ def bench_serving_argv(python: str, exp: Experiment, case: BenchCase) -> list[Ar
     return argv + list(case.extra_args)
 
 
+def warmup_case(case: BenchCase) -> BenchCase:
+    """The case's warm-up: its arguments with one wave of prompts, as many as run at once (`max_concurrency`,
+    all of them without one). That reaches the case's batch size and lengths, so a first-use compile or graph
+    capture of its shape lands there; the rest of a full pass would only double the bench time."""
+    wave = min(case.num_prompts, case.max_concurrency or case.num_prompts)
+    return case.model_copy(update={"num_prompts": wave})
+
+
 def profile_case(exp: Experiment) -> BenchCase:
     """The bench case that drives the load while a profile is captured (its own `num_prompts` if set)."""
     p = exp.profile

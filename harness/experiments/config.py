@@ -203,8 +203,9 @@ class BenchCase(Strict):
     extra_args: tuple[str, ...] = ()
     repeats: int | None = Field(None, ge=1, description="runs of this case per attempt (default: the "
                                                          "experiment's `repeats`)")
-    warmup: bool = Field(True, description="run the case once, discarded, before its measured repeats (same "
-                                           "concurrency, lengths and prompts): a first-use compile lands there")
+    warmup: bool = Field(True, description="before its measured repeats, run one wave of the case (as many "
+                                           "prompts as `max_concurrency`, same lengths), discarded: a first-use "
+                                           "compile of its shape lands there")
 
 
 class CooldownSettings(Strict):

@@ -24,7 +24,7 @@ from ..common.protocol import (
     Timeouts,
 )
 from ..triage.signatures import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
-from .commands import bench_serving_argv, profile_argv, profile_case, server_argv
+from .commands import bench_serving_argv, profile_argv, profile_case, server_argv, warmup_case
 from .config import AnswersSettings, Experiment, HostConfig
 from .patchsets import PatchSet
 from .resolve import Resolved
@@ -63,8 +63,9 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         files=[FileEntry(**f) for f in files],
         server=ServerSpec(argv=server_argv(host.python, r), env={**host.env, **exp.server.env},
                           host=exp.server.host, port=exp.server.port),
-        bench=[BenchCase(name=c.name, argv=bench_serving_argv(host.python, exp, c),
-                         repeats=c.repeats or exp.repeats, warmup=c.warmup) for c in exp.bench],
+        bench=[BenchCase(name=c.name, argv=bench_serving_argv(host.python, exp, c), repeats=c.repeats or exp.repeats,
+                         warmup_argv=bench_serving_argv(host.python, exp, warmup_case(c)) if c.warmup else None)
+               for c in exp.bench],
         timeouts=Timeouts(**exp.timeouts.model_dump()),
         fatal_patterns=list(FATAL_PATTERNS),
         ready_pattern=READY_PATTERN,

@@ -5,6 +5,7 @@ A cool-down between runs and the GPU state at each case's start and end land in 
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def run(tmp_path_factory):
                                 workdir=str(tmp_path / "work"))}
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(yaml.safe_dump({"name": "warmup", "experiments": [
-        experiment(tmp_path, "warm", [case("cold", 100, repeats=2),  # a new shape: built in its warm-up
+        experiment(tmp_path, "warm", [case("cold", 100, repeats=2, num_prompts=8),  # new: built in its warm-up
                                       case("cold-again", 100, warmup=False),  # the same shape, built already
                                       case("nowarm", 300, repeats=2, warmup=False)]),  # new, no warm-up
         experiment(tmp_path, "paced", [case("short", 16, repeats=2)],
@@ -96,7 +97,9 @@ def test_the_server_log_names_each_build_once_and_the_warmup_files_come_back(run
               if "flashinfer.jit: Loading JIT ops: " in line]
     assert builds and len(builds) == len(set(builds)), builds
     assert any("_bs_8_len_128_" in b for b in builds) and any("_bs_8_len_512_" in b for b in builds)
-    assert (log.parent / "bench-cold.warmup.jsonl").exists()
+    warmup = json.loads((log.parent / "bench-cold.warmup.jsonl").read_text().splitlines()[-1])
+    measured = json.loads((log.parent / "bench-cold.jsonl").read_text().splitlines()[-1])
+    assert (warmup["completed"], measured["completed"]) == (4, 8)  # one wave at its concurrency, not a pass
     assert not (log.parent / "bench-nowarm.warmup.jsonl").exists()
 
 

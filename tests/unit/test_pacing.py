@@ -91,9 +91,10 @@ def test_every_run_but_the_first_cools_down():
 
 
 def test_each_case_warms_up_before_its_repeats_unless_told_not_to():
-    a = BenchCase(name="a", argv=[], repeats=2)
-    b = BenchCase(name="b", argv=[], repeats=1, warmup=False)
+    a = BenchCase(name="a", argv=["x", "--num-prompts", "8"], repeats=2, warmup_argv=["x", "--num-prompts", "4"])
+    b = BenchCase(name="b", argv=["x"], repeats=1)
     assert [(c.name, r) for c, r in plan_runs([a, b])] == [("a", WARMUP), ("a", 0), ("a", 1), ("b", 0)]
+    assert (a.argv_for(True)[-1], a.argv_for(False)[-1], b.argv_for(True)) == ("4", "8", ["x"])
 
 
 def test_nvidia_smi_state_row_parsed_with_not_shown_values_as_none():

@@ -207,3 +207,22 @@ def test_a_case_with_zero_repeats_is_refused_with_its_line(project):
     with pytest.raises(ConfigError) as err:
         load_experiment(f)
     assert err.value.line == 4 and "repeats" in str(err.value)
+
+
+def test_a_cases_warmup_is_one_wave_of_its_prompts_with_its_other_arguments_unchanged(project):
+    f = exp_file(project, "name: e\nbackend: flashinfer-mla\nmodel: {path: /m}\nbench:\n"
+                          "  - {name: c8, num_prompts: 64, max_concurrency: 8, extra_args: [--api-key=k1]}\n"
+                          "  - {name: all-at-once, num_prompts: 5}\n"
+                          "  - {name: few, num_prompts: 3, max_concurrency: 8}\n"
+                          "  - {name: cold, num_prompts: 8, warmup: false}\n")
+    spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
+
+    def prompts(argv):
+        return int(argv[argv.index("--num-prompts") + 1])
+
+    waves = {c.name: prompts(c.warmup_argv) for c in spec.bench if c.warmup_argv is not None}
+    assert waves == {"c8": 8, "all-at-once": 5, "few": 3}
+    assert spec.bench[3].warmup_argv is None
+    for c in spec.bench[:3]:  # only the prompt count differs (so the secrets on it are the case's own)
+        at = c.argv.index("--num-prompts") + 1
+        assert c.warmup_argv[:at] + c.warmup_argv[at + 1:] == c.argv[:at] + c.argv[at + 1:]
