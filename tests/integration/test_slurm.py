@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 HARNESS = [sys.executable, "-m", "harness"]
 PROJECT = Path(__file__).resolve().parents[2]
-SIM_SWEEP = PROJECT / "experiments" / "sim" / "all-backends.yaml"
+SIM = PROJECT / "experiments" / "sim"
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 
 
@@ -155,9 +155,17 @@ def test_a_sim_sweep_through_slurm_gives_the_same_table_as_over_ssh_one_job_per_
         **sshd.host_entry(), "repo": str(ssh_target.repo), "python": str(ssh_target.python), "gpus": 8,
         "arch": "sm90", "workdir": str(tmp_path / "ssh-work")}}}))
     ssh_res = tmp_path / "results-ssh"
+    # The demo sweep's kinds of row, two of its backends (stock, the baseline, and a patched one) with its
+    # crash and its hang: every outcome the table has, in 8 attempts a side rather than the demo's 14.
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "name": "sim", "base": str(SIM / "stock.yaml"), "matrix": {"backend": ["flashinfer-mla", "custom-fp8-mla"]},
+        "experiments": [str(SIM / "fp8-kv-into-mla-plan.yaml"), str(SIM / "hang-nccl-init.yaml")], "rounds": 2,
+        "baseline": "sim-flashinfer-mla", "budget": {"attempt": 300, "sweep": 900}}))
     # The same sweep through Slurm, then over SSH, one after the other so that the two do not share the cores.
     for inv, out in ((hosts, res), (ssh_hosts, ssh_res)):
-        p = subprocess.run(HARNESS + ["sweep", str(SIM_SWEEP), "--hosts-file", str(inv), "--results-dir", str(out)],
+        p = subprocess.run(HARNESS + ["sweep", str(sweep), "--hosts-file", str(inv), "--results-dir", str(out),
+                                      "--patches-dir", str(PROJECT / "patches")],
                            cwd=tmp_path, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, p.stdout + p.stderr
     slurm_run = run_id_of(res)
