@@ -1,10 +1,9 @@
 """Load against the running server: SGLang's own benchmark clients (the profile stage is `profiling`).
 
 Clients run while the server is still watched, so a server crash mid-benchmark is reported as the
-crash it is, not as a failed client. Each case first runs its warm-up (`warmup_argv`: one wave of the case's
-prompts; its own `.warmup.jsonl` and log, never sent as a BenchResult: the metrics never see it) unless it has
-none; the
-GPUs' state is sampled as a case starts and ends, and `Spec.cooldown` waits before every run but the first.
+crash it is, not as a failed client. A case with a `warmup_argv` (one wave of its prompts) runs that first,
+to its own `.warmup.jsonl` and log, never sent as a BenchResult: the metrics never see it. The GPUs' state is
+sampled as a case starts and ends, and `Spec.cooldown` waits before every run but the first.
 """
 
 from __future__ import annotations

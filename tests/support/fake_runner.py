@@ -56,10 +56,10 @@ class FakeRunner:
         directory = store.new_attempt_dir(run_id, resolved.name)
         with self._lock:
             why = self.dead.get(host_name)
-            meet = why is not None and self.die_together is not None and host_name not in self._met
+            barrier = self.die_together if why is not None and host_name not in self._met else None
             self._met.add(host_name)
-        if meet and self.die_together is not None:
-            self.die_together.wait(timeout=30)
+        if barrier is not None:
+            barrier.wait(timeout=30)
         extra = record_extra.model_dump(by_alias=True) if record_extra is not None else {}
         status = Status.INFRA_ERROR if why else Status.OK
         rec = Record(run_id=run_id, experiment=resolved.name, attempt=directory.name, host=host_name,
