@@ -251,13 +251,31 @@ class GpuState(Message):
 
 
 @dataclass
+class PrefillTokens(Message):
+    """What the server's prefills took from its prefix cache during one run of a case (its `Prefill batch`
+    log lines while the run ran, bench_serving's own warm-up request included): tokens computed, tokens found
+    cached, and the lines counted."""
+
+    repeat: int = 0  # 0-based; -1: the case's warm-up
+    new: int = 0
+    cached: int = 0
+    batches: int = 0
+
+
+@dataclass
 class CaseFacts(Message):
     """What a bench case's measured repeats ran after and between: its warm-up pass (same shape, kept apart
-    from the metrics), the cool-downs waited and the GPUs' state at its start and end (None: no nvidia-smi)."""
+    from the metrics), the cool-downs waited and the GPUs' state at its start and end (None: no nvidia-smi),
+    what each run asked of the prefix cache and what the server's log says it got."""
 
-    NESTED: ClassVar[Nested] = {"gpu_start": (GpuState, True), "gpu_end": (GpuState, True)}
+    NESTED: ClassVar[Nested] = {"gpu_start": (GpuState, True), "gpu_end": (GpuState, True),
+                                "prefill": (PrefillTokens, True)}
 
     name: str = ""
+    prefix_cache: Optional[str] = None  # "cold": new prompts each repeat, cache flushed; "hit": primed, reused
+    seeds: Optional[list[int]] = None  # the prompts' seed of each measured repeat
+    warmup_seed: Optional[int] = None
+    prefill: Optional[list[PrefillTokens]] = None  # per run (warm-up first), when the log shows prefills
     warmup: bool = False  # a warm-up pass ran (and ended) before the measured repeats
     warmup_s: Optional[float] = None  # its wall time
     warmup_median_ttft_ms: Optional[float] = None  # from its own result line (a compile shows here)

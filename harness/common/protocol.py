@@ -33,6 +33,7 @@ from .outcome import (
     LockHolder,
     LockState,
     PatchFacts,
+    PrefillTokens,
     PreflightFacts,
     RecoveryReport,
     RepoStatus,
@@ -47,7 +48,8 @@ from .wire import PROTOCOL, Message, Nested, ProtocolError
 __all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "CaseFacts",
            "ChangedPaths", "Cooldown", "Event", "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest",
            "GpuClocks", "GpuInfo", "GpuState", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
-           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError",
+           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PrefillTokens", "SEED_SLOT", "PreflightFacts",
+           "ProfileSpec", "ProtocolError",
            "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
            "StackFacts", "Status", "StopReport", "Timeouts", "decode", "encode"]
 
@@ -60,9 +62,9 @@ class Mode(str, Enum):
     GC = "gc"  # `harness gc`: the work dir's old attempt folders
 
 
-# An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
-# never come out of a YAML string, so it cannot be forged by one.
-PORT_SLOT = {"slot": "port"}
+# Argv elements the agent fills in on the host: the port chosen there (`port: auto`), a bench run's prompt seed.
+# A dict can never come out of a YAML string, so it cannot be forged by one.
+PORT_SLOT, SEED_SLOT = {"slot": "port"}, {"slot": "seed"}
 ArgvItem = Union[str, Dict[str, str]]
 
 
@@ -82,13 +84,17 @@ class BenchCase(Message):
     name: str
     argv: list[ArgvItem]
     repeats: int = 1
-    # The discarded run before the measured repeats: the case's own arguments with one wave of prompts (its
-    # concurrency's worth); None: no warm-up. Only --num-prompts differs from `argv` (the secrets are argv's).
+    # The discarded run before the measured repeats: the case's own arguments with one wave of prompts (every
+    # prompt of a "hit" case, which it primes); None: no warm-up. Only --num-prompts differs from `argv`.
     warmup_argv: Optional[list[ArgvItem]] = None
+    seeds: Optional[list[int]] = None  # what fills SEED_SLOT: the measured repeats' seeds in order; the warm-up's
+    warmup_seed: Optional[int] = None
+    prefix_cache: Optional[str] = None  # "cold" | "hit" (the YAML's `prefix_cache`), kept in the case's facts
 
     def argv_for(self, warmup: bool) -> list[ArgvItem]:
         """The arguments of one run: the warm-up's, or the case's."""
         return self.warmup_argv if warmup and self.warmup_argv is not None else self.argv
+
 
 
 @dataclass
@@ -205,6 +211,8 @@ class Spec(Message):
     fatal_patterns: list[str] = field(default_factory=list)
     ready_pattern: str = r"The server is fired up and ready to roll!"
     line_prefix_pattern: Optional[str] = None
+    # A server log line that says what a prefill took from the prefix cache: groups "new" and "cached" (tokens)
+    prefill_pattern: Optional[str] = None
     heartbeat_timeout_s: Optional[float] = 20.0
     alive_interval_s: float = 2.0
     lock_wait_s: float = 0.0

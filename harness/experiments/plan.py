@@ -68,6 +68,8 @@ def _key_fields(exp: Experiment) -> dict[str, Any]:
             case.pop("repeats", None)
         if case.get("warmup") is True:  # the warm-up pass (issue 36), when it is the default
             case.pop("warmup", None)
+        if case.get("prefix_cache") == "cold":  # what each repeat meets in the cache (issue 43), likewise
+            case.pop("prefix_cache", None)
     if data.get("answers") is None:  # likewise the answer check
         data.pop("answers", None)
     if data.get("bench_clients") == "one-process":  # and how the clients run, when it is the default

@@ -246,6 +246,7 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
         "metric": metric, "unit": unit, "lower": compare.lower_is_better(metric),
         "significant": compare.SIGNIFICANT, "not_significant": compare.NOT_SIGNIFICANT,
         "interval_legend": compare.INTERVAL_LEGEND,
+        "drift_legend": compare.DRIFT_LEGEND,
         "noisy_cv": f"{compare.NOISY_CV * 100:.0f}%", "min_samples": compare.MIN_SAMPLES,
         "chosen_baseline": chosen_baseline,
         "attempts": len(records), "summary": summary(records),

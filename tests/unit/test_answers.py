@@ -138,7 +138,7 @@ def test_the_table_cell_per_row_reference_and_no_reference():
     assert got == {"base": "ref", "same": "✓ 100% Δ0", "wrong": "✗ 87% Δ0 (1 bad)", "other": "≠ ref", "torn": "?",
                    "none": None}
     assert any("seed 8 vs 7" in n for n in notes["other"]) and notes["torn"] == ["answers: bad JSON"]
-    from harness.results.compare import to_csv
+    from harness.results.tableformats import to_csv
     from harness.results.page import table_context
 
     rows = build_rows(records, metric="output_throughput", baseline="base")
