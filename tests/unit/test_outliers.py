@@ -120,8 +120,8 @@ def test_the_drift_rule_flags_one_repeat_far_from_two_that_agree():
     assert outliers.drifted([950.0, 110.0, 120.0]) == [0]  # the cold "hit" repeat
     assert outliers.drifted([400.0, 160.0, 420.0, 410.0]) == [1]  # any repeat, 4 of them too
     assert outliers.drifted([100.0, 101.0, 99.0]) == []  # ordinary noise
-    assert outliers.drifted([100.0, 100.0, 108.0]) == []  # under the 10 % floor, however quiet the others
-    assert outliers.drifted([100.0, 100.0, 112.0]) == [2]
+    assert outliers.drifted([100.0, 100.0, 120.0]) == []  # under the 25 % floor, however quiet the others
+    assert outliers.drifted([100.0, 100.0, 130.0]) == [2]
     assert outliers.drifted([100.0, 150.0, 220.0]) == []  # scattered: noise (the CV says so), not one repeat astray
     assert outliers.drifted([160.0, 400.0]) == [] and outliers.drifted([160.0, 400.0, 410.0, 420.0, 415.0]) == []
 
