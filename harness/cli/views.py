@@ -289,7 +289,7 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
     # soft_wrap=False: wrapped by words at the console's width, even on a console that soft-wraps (the CLI's)
     out.print(Text(f"median ± CV: the median over the repeats ± their coefficient of variation (n repeats); "
                    f"vs base: {compare.SIGNIFICANCE_LEGEND}; [n]: a note below"
-                   + ("; answers: ✓/✗ the answer check against the baseline's (same tokens %, largest Δ logprob)"
+                   + ("; " + answers.LEGEND
                       if any(r.answers for r in rows) else "")), soft_wrap=False)
     notes = _footnotes(rows)
     for r in rows:

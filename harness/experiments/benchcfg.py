@@ -103,7 +103,8 @@ class AnswersSettings(Strict):
     input_len: int = Field(128, ge=1, description="token ids per prompt")
     output_len: int = Field(32, ge=1, description="tokens generated per prompt (greedy, ignore_eos)")
     seed: int = Field(7, ge=0, description="draws the prompts' token ids: same seed, same prompts")
-    top_logprobs: int = Field(5, ge=1, le=100, description="top-K logprobs kept per output position")
+    top_logprobs: int = Field(20, ge=3, le=100, description="top-K logprobs kept per output position (the spread "
+                              "compares the tokens both lists hold: the rule was measured with 20)")
     prefix_hit: bool = Field(True, description="send the prompts a second time: each prefill is then a prefix-cache "
                              "hit (a paged prefill over the cached rows), so that path is checked as well as decode")
     vocab: int = Field(32000, ge=101, description="token ids are drawn from [100, vocab)")
@@ -111,3 +112,5 @@ class AnswersSettings(Strict):
                                 "divergence) that still passes")
     tie_margin: Finite = Field(0.1, ge=0, description="a divergence passes only as a near-tie: the reference's "
                               "logprob of its own token minus that of the row's token at most this")
+    spread_bar: Finite = Field(1.75, gt=0, description="with `prefix_hit`: the largest per-step spread against the "
+                               "reference's, in yardsticks (the reference's hit pass against its cold pass)")

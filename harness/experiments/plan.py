@@ -72,6 +72,8 @@ def _key_fields(exp: Experiment) -> dict[str, Any]:
             case.pop("prefix_cache", None)
     if data.get("answers") is None:  # likewise the answer check
         data.pop("answers", None)
+    elif data["answers"].get("spread_bar") == 1.75:  # and its spread rule's bar (issue 44), when it is the default
+        data["answers"].pop("spread_bar", None)
     if data.get("bench_clients") == "one-process":  # and how the clients run, when it is the default
         data.pop("bench_clients", None)
     if data.get("cooldown") is None:  # and the cool-down, when there is none

@@ -109,6 +109,9 @@ class AnswersStats(_Strict):
     positions: int | None = None
     mean_logprob: float | None = None  # of the chosen (greedy) tokens
     min_logprob: float | None = None
+    # its prefix-hit pass against its cold pass, the per-step spread (results/answers.py): as the reference, the
+    # noise its rows are measured in
+    yardstick: float | None = None
     error: DisplayText | None = None  # answers.json came but cannot be read
 
 

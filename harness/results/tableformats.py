@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 
 from ..safetext import display_line
+from .answers import LEGEND
 from .compare import SIGNIFICANCE_LEGEND, Cell, Row, columns, lower_is_better, table_rows
 
 
@@ -15,7 +16,7 @@ def to_markdown(rows: list[Row], metric: str) -> str:
     cols = columns(rows, metric)
     lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
              + SIGNIFICANCE_LEGEND
-             + ("; answers: ✓/✗ against the baseline's (same tokens, largest Δ logprob)" if "answers" in cols else ""),
+             + ("; " + LEGEND if "answers" in cols else ""),
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for line in table_rows(rows):
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in line) + " |")

@@ -162,7 +162,7 @@ def test_answers_yaml_defaults_spec_and_errors_name_file_and_line(tmp_path):
     exp = load_experiment(f)
     assert exp.answers == AnswersSettings(prompts=3, input_len=5)
     a = exp.answers
-    assert a.output_len == 32 and a.top_logprobs == 5 and a.vocab == 32000 and a.max_dlogprob == 0.25
+    assert a.output_len == 32 and a.top_logprobs == 20 and a.vocab == 32000 and a.max_dlogprob == 0.25
     spec = answers_spec(a)
     assert len(spec.input_ids) == 3 and all(len(p) == 5 and all(100 <= t < 32000 for t in p) for p in spec.input_ids)
     assert answer_prompts(a) == spec.input_ids and answer_prompts(a.model_copy(update={"seed": 8})) != spec.input_ids
