@@ -25,12 +25,25 @@ explicit:
 - Split partials (FP32 + log2-sum-exp): with up to 16 splits the last split CTA of a row merges them
   (one launch), its weights computed once and up to 32 partial loads in flight per thread (a merge
   with two dependent L2 round trips per head had cost ~10 us at the end of each call); with more
-  (small batches) a second kernel does, 64 channels per CTA. One split writes BF16 directly.
+  a second kernel does, 64 channels per CTA. One split writes BF16 directly.
+- Small batches (while one wave gives every (row, head tile) a cluster: batch <= 32 at 8/16 heads;
+  benchmarks/results/fp8_mla_small_batch_plan.md): ``mla_fp8_split_cl``, the same CTA in clusters of
+  8 (``__cluster_dims__``), one launch. The splits of a cluster merge through distributed shared
+  memory (each CTA's O / l is already staged in its shared memory; rank r reduces channels
+  64 r .. 64 r + 63 of all heads over the 8 CTAs); a row whose tokens fit one cluster is then written.
+  Longer rows spread over up to 64 clusters; each writes one merged partial (8x fewer partials than
+  splits) and counts itself in; the last cluster of the row merges them, again 8 CTAs in parallel,
+  and resets its counter. The split count depends on batch and heads only (one wave of the resident
+  clusters the driver reports), so one CUDA graph serves every length; ``CudaConfig(cluster=0)``
+  is the plan before it.
 
 Measured on one H200 against FlashMLA's FP8 kernel on the same pages
 (benchmarks/results/fp8_mla_decode.md): faster at 8/16 heads with long rows (up to 1.29x, 3.3-3.7
 TB/s at batch >= 64 and 32K+), slower on short rows and at 64/128 heads, where FlashMLA's FP8 wgmma
 tiles of 64 heads do 4-8x less work per token than 16-head mma.sync tiles.
+
+Where it runs: ``path_for`` (sm_90 only; the same source builds for sm_89, sm_100a and sm_120 and is
+compiled for them in tests/gpu/test_fp8_mla_cuda_host.py, but the dispatch gives those GPUs Triton).
 
 Host side: compiled modules, functions, the split workspace and each (batch, heads) launch plan are
 cached per device; each tensor attribute is read once per call (the layout check uses the values
@@ -683,7 +696,7 @@ __device__ __forceinline__ void store_out4(u16* dst, float4 v, float k) {
    takes float4 f * 8 + q of the slice, f < CL_F4, so that 8 threads of a head read 128 contiguous bytes. */
 #define CL_COLS (512 / CLUSTER)
 #define CL_F4 (CL_COLS / 32)
-#define CL_BATCH (16 / CL_F4)  /* partials a thread loads at once in the row's merge: 16 float4 in flight */
+#define CL_BATCH (32 / CL_F4)  /* partials a thread loads at once in the row's merge: 32 float4 in flight */
 
 /* The split kernel of the small-batch plan. Grid (head tiles, splits, batch), clusters of CLUSTER
    consecutive splits; every CTA of a cluster with tokens takes part in its merge (one without tokens
@@ -1126,6 +1139,9 @@ class CudaConfig:
     # Clusters x cluster size resident at once, what the small-batch plan fills; 0: ask the driver
     # (cuOccupancyMaxActiveClusters). Tests set it to force several clusters per row.
     cluster_slots: int = 0
+    # Most clusters per (row, head tile), 0: as many as one wave holds (MAX_SPLITS / cluster at most). Fewer
+    # make the last cluster's merge shorter and each split longer (batch 1 with long rows).
+    row_clusters_max: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.fused_merge_max <= FUSED_MERGE_LIMIT:
@@ -1133,8 +1149,9 @@ class CudaConfig:
                              f"got {self.fused_merge_max}")
         if self.cluster not in CLUSTER_SIZES:
             raise ValueError(f"cluster must be one of {CLUSTER_SIZES}, got {self.cluster}")
-        if self.cluster_slots < 0:
-            raise ValueError(f"cluster_slots must be >= 0, got {self.cluster_slots}")
+        if self.cluster_slots < 0 or self.row_clusters_max < 0:
+            raise ValueError(f"cluster_slots and row_clusters_max must be >= 0, got {self.cluster_slots}, "
+                             f"{self.row_clusters_max}")
 
     def nvrtc_options(self, q_fp16: bool) -> list[str]:
         """The -D switches of this geometry and Q dtype (what a module is compiled with)."""
@@ -1254,7 +1271,7 @@ def num_splits(batch: int, num_heads: int, sms: int, ctas_per_sm: int) -> int:
     return max(1, min(MAX_SPLITS, round(sms * ctas_per_sm / tiles)))  # the merge holds <= 512 weights
 
 
-def cluster_splits(batch: int, num_heads: int, slots: int, cluster: int) -> int | None:
+def cluster_splits(batch: int, num_heads: int, slots: int, cluster: int, row_max: int = 0) -> int | None:
     """Splits of the small-batch plan: whole clusters, as many per (row, head tile) as one wave holds
     (``slots`` CTAs), or None when not every (row, tile) gets a cluster in one wave (then the large-batch
     plan runs). Depends only on (batch, heads): CUDA-graph stable; each row's tokens spread over as many
@@ -1265,7 +1282,7 @@ def cluster_splits(batch: int, num_heads: int, slots: int, cluster: int) -> int 
     per_pair = slots // (cluster * pairs)
     if per_pair < 1:
         return None
-    return min(per_pair, MAX_SPLITS // cluster) * cluster
+    return min(per_pair, MAX_SPLITS // cluster, row_max or MAX_SPLITS) * cluster
 
 
 def path_for(capability: tuple[int, int] | None, fp8: bool = True) -> str:
@@ -1341,7 +1358,8 @@ def _plan(k: _DeviceKernels, cfg: CudaConfig, batch: int, num_heads: int, splits
     a cluster (and no split count is forced), else the split kernel with its merge."""
     tiles = (num_heads + HEAD_TILE - 1) // HEAD_TILE
     min_chunk = max(1, -(-cfg.min_chunk // cfg.block_n)) * cfg.block_n
-    small = None if splits or k.split_cl is None else cluster_splits(batch, num_heads, k.cluster_slots, cfg.cluster)
+    small = None if splits or k.split_cl is None else cluster_splits(batch, num_heads, k.cluster_slots, cfg.cluster,
+                                                                     cfg.row_clusters_max)
     if small is not None:  # partials: one per cluster, [b][head][cluster][512] then [b][head][cluster]
         n_cl = small // cfg.cluster
         ws_ptr = k.workspace_for(batch * num_heads * n_cl * (D_NOPE + 1), device).data_ptr()

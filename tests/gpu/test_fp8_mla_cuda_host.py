@@ -67,6 +67,7 @@ def test_small_batch_plan_fills_one_wave_with_whole_clusters():
     assert cu.cluster_splits(1, 8, 256, 8) == 256 and cu.cluster_splits(8, 16, 256, 8) == 32
     assert cu.cluster_splits(8, 64, 256, 8) == 8 and cu.cluster_splits(64, 16, 256, 8) is None
     assert cu.cluster_splits(1, 8, 256, 0) is None
+    assert cu.cluster_splits(1, 8, 256, 8, row_max=16) == 128 and cu.cluster_splits(8, 16, 256, 8, row_max=16) == 32
 
 
 def test_dispatch_says_which_path_each_gpu_gets():
@@ -191,6 +192,8 @@ def test_config_takes_the_cluster_sizes_the_kernel_is_written_for():
             cu.CudaConfig(cluster=bad)
     with pytest.raises(ValueError, match="cluster_slots"):
         cu.CudaConfig(cluster_slots=-1)
+    with pytest.raises(ValueError, match="row_clusters_max"):
+        cu.CudaConfig(row_clusters_max=-1)
 
 
 def test_launch_config_is_the_driver_struct():
