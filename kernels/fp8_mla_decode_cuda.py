@@ -747,16 +747,20 @@ mla_fp8_split_cl(SPLIT_PARAMS)
     lse[j] = ld_cluster(map_rank(lse_addr, j));
     m = fmaxf(m, lse[j]);
   }
-  /* All CLUSTER x CL_F4 loads first, then the sums; a CTA without tokens is not read (its staging area holds
-     whatever was there: 0 x NaN is NaN), and its lse is -inf in every head (warp-uniform). */
+  /* All CLUSTER x CL_F4 loads at once, with the lse's; a CTA without tokens (lse -inf in every head) staged
+     nothing, so what its area holds is replaced by zeros, never multiplied (0 x NaN is NaN). */
   float4 part[CLUSTER][CL_F4];
 #pragma unroll
   for (int j = 0; j < CLUSTER; ++j) {
     const u32 src = map_rank(o_addr, j);
 #pragma unroll
-    for (int f = 0; f < CL_F4; ++f)
-      part[j][f] = lse[j] != NEG_INF ? ld_cluster4(src + f * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int f = 0; f < CL_F4; ++f) part[j][f] = ld_cluster4(src + f * 128);
   }
+#pragma unroll
+  for (int j = 0; j < CLUSTER; ++j)
+    if (lse[j] == NEG_INF)
+#pragma unroll
+      for (int f = 0; f < CL_F4; ++f) part[j][f] = make_float4(0.f, 0.f, 0.f, 0.f);
   float4 acc[CL_F4];
 #pragma unroll
   for (int f = 0; f < CL_F4; ++f) acc[f] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -804,38 +808,44 @@ mla_fp8_split_cl(SPLIT_PARAMS)
   cluster_sync();  /* the flag is in every CTA */
   if (!*flag) return;
   __threadfence();
-  /* The last cluster: the row's n_act partials, rank r its channels. Weights of 16 heads x n_act (<= 64 for
-     512 splits of 8) in shared memory, loaded at once; then the partials, CL_BATCH clusters at once. */
-  float* w_s = (float*)smem;  /* [16][n_act] */
-  for (int i = tid; i < 16 * n_act; i += THREADS) {
-    const int hh = i / n_act, c = i % n_act;
-    w_s[i] = head0 + hh < num_heads ? __ldcg(mid_lse + ((i64)b * num_heads + head0 + hh) * n_cl + c) : NEG_INF;
-  }
-  __syncthreads();
+  /* The last cluster: the row's n_act partials, rank r its channels, CL_BATCH clusters at a time, their
+     lse's loaded with them (one round trip a batch; one batch up to 16 clusters of 8); the running maximum
+     rescales what is summed when a later batch raises it. */
   m = NEG_INF;
-  for (int c = 0; c < n_act; ++c) m = fmaxf(m, w_s[h * n_act + c]);
   den = 0.f;
 #pragma unroll
   for (int f = 0; f < CL_F4; ++f) acc[f] = make_float4(0.f, 0.f, 0.f, 0.f);
   const float* src = mid_o + row_h * n_cl * 512 + col0;
   for (int c0 = 0; c0 < n_act; c0 += CL_BATCH) {
     float4 p[CL_BATCH][CL_F4];
-#pragma unroll
-    for (int u = 0; u < CL_BATCH; ++u)
-#pragma unroll
-      for (int f = 0; f < CL_F4; ++f)
-        p[u][f] = head_live && c0 + u < n_act ? __ldcg((const float4*)(src + (i64)(c0 + u) * 512 + 32 * f))
-                                              : make_float4(0.f, 0.f, 0.f, 0.f);
+    float l[CL_BATCH];
 #pragma unroll
     for (int u = 0; u < CL_BATCH; ++u) {
-      const float l = c0 + u < n_act ? w_s[h * n_act + c0 + u] : NEG_INF;
-      const float w = l == NEG_INF ? 0.f : fast_exp2(l - m);
+      const bool here = head_live && c0 + u < n_act;
+      l[u] = here ? __ldcg(mid_lse + row_h * n_cl + c0 + u) : NEG_INF;
+#pragma unroll
+      for (int f = 0; f < CL_F4; ++f)
+        p[u][f] = here ? __ldcg((const float4*)(src + (i64)(c0 + u) * 512 + 32 * f)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < CL_BATCH; ++u) mb = fmaxf(mb, l[u]);
+    const float rescale = m == NEG_INF ? 0.f : fast_exp2(m - mb);  /* nothing summed yet: 0 x 0 */
+    den *= rescale;
+#pragma unroll
+    for (int f = 0; f < CL_F4; ++f) {
+      acc[f].x *= rescale; acc[f].y *= rescale; acc[f].z *= rescale; acc[f].w *= rescale;
+    }
+#pragma unroll
+    for (int u = 0; u < CL_BATCH; ++u) {
+      const float w = l[u] == NEG_INF ? 0.f : fast_exp2(l[u] - mb);
       den += w;
 #pragma unroll
       for (int f = 0; f < CL_F4; ++f) {
         acc[f].x += w * p[u][f].x; acc[f].y += w * p[u][f].y; acc[f].z += w * p[u][f].z; acc[f].w += w * p[u][f].w;
       }
     }
+    m = mb;
   }
   if (head_live) {
     const float k = den > 0.f ? v_scale / den : 0.f;
