@@ -1,8 +1,9 @@
 """Issue #47 on one H200: the FP8 MLA decode where the seed runs it (8-16 heads, batch 1-8), in one call.
 
-    python3 benchmarks/fp8_mla_small_batch.py --out DIR [--sections env,checks,graph,timing,host]
-                                              [--shapes HxBxC,...] [--baseline DIR]
-    python3 benchmarks/fp8_mla_small_batch.py --report DIR/small_batch.json [--md FILE]     # no GPU needed
+    python3 benchmarks/fp8_mla_small_batch.py --out DIR [--tag _checks] [--sections env,checks,graph,timing,host]
+                                              [--impls new,cl4,...] [--shapes HxBxC,...] [--baseline DIR]
+    python3 benchmarks/fp8_mla_small_batch.py --report DIR/small_batch_a.json DIR/small_batch_b.json [--md FILE]
+                                              # one markdown from several runs' JSON (no GPU needed)
 
 Implementations, side by side in one process on the same pages (rows are random whole pages of 64 slots,
 FlashMLA's page, as in benchmarks/fp8_mla_decode.py, whose case builder, graph timer and FlashMLA call this
@@ -17,7 +18,8 @@ reuses):
   old       an earlier copy of kernels/ (``--baseline DIR`` holding ``kernels_old/``), when given
   flashmla  FlashMLA's dense FP8 decode (``sgl_kernel.flash_mla``; scripts/gpu/fetch_flashmla.sh brings it)
 
-Sections (each writes DIR/small_batch.json as it ends, so a run cut short keeps what it measured):
+Sections (each writes DIR/small_batch{tag}.json as it ends, so a run cut short keeps what it measured; a
+device fault ends the process, so scripts/gpu/kernel_small_batch.sh runs the checks and the timing apart):
 
   env       device, the driver's resident clusters per cluster size, the plan each shape gets
   checks    error vs the fp32 reference (NaN-poisoned unused pool rows, ragged batches 1-8 with empty and
@@ -40,6 +42,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 ERR_BAR = 2e-3
+DEVICE = "cuda"  # (a dry run of the sections' logic on the CPU sets "cpu" with a stand-in kernel)
 TABLE = [(8, 1, 2048), (8, 1, 8192), (8, 1, 32768), (8, 8, 8192), (16, 1, 8192), (16, 8, 8192), (16, 8, 32768),
          (64, 64, 8192), (128, 64, 8192)]  # the issue's table
 GRID = [(h, b, c) for h in (8, 16) for b in (1, 2, 4, 8) for c in (2048, 8192, 32768, 131072)]
@@ -70,7 +73,7 @@ def plan_of(cu, name: str, batch: int, heads: int) -> dict:
 
     cfg = configs(cu)[name]
     k = cu._kernels(0, False, cfg)
-    plan = cu._plan(k, cfg, batch, heads, None, torch.device("cuda"))
+    plan = cu._plan(k, cfg, batch, heads, None, torch.device(DEVICE))
     return {"cluster": plan.cluster, "splits": plan.n_split, "fused": plan.fused,
             "ctas": plan.grid[0] * plan.grid[1] * plan.grid[2]}
 
@@ -141,7 +144,7 @@ def section_checks(res, cu, old, names) -> None:
 
     from kernels.fp8_mla_decode import D_NOPE, reference_mla_decode
 
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     res["checks"] = []
     for i, (lens, heads, scales) in enumerate(CHECK_CASES):
         pool, indptr, idx, q = make_inputs(lens, heads, 100 + i, dev)
@@ -169,7 +172,7 @@ def section_graph(res, cu, names) -> None:
 
     from kernels.fp8_mla_decode import D_NOPE, reference_mla_decode
 
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     res["graph"] = []
     for name in [n for n in names if n in ("new", "cl4", "legacy")]:  # new16: the same kernel as new
         cfg = configs(cu)[name]
@@ -215,7 +218,7 @@ def section_graph(res, cu, names) -> None:
             print("graph", json.dumps(row), flush=True)
 
 
-def section_timing(res, cu, old, names, shapes, flashmla: bool) -> None:
+def section_timing(res, cu, old, names, shapes, flashmla: bool, save=lambda: None) -> None:
     import torch
     from fp8_mla_decode import SM_SCALE, impl_flashmla, make_case, max_rel_error, time_graph
 
@@ -223,7 +226,7 @@ def section_timing(res, cu, old, names, shapes, flashmla: bool) -> None:
 
     res["timing"] = []
     for h, b, c in shapes:
-        case = make_case(h, b, c, torch.device("cuda"))
+        case = make_case(h, b, c, torch.device(DEVICE))
         row = dict(heads=h, batch=b, context=c, layers=case.layers, kv_mb=round(case.kv_bytes / 1e6, 2))
         qn, qr = case.q[..., :D_NOPE], case.q[..., D_NOPE:]
         same = "new16" in names and plan_of(cu, "new16", b, h) == plan_of(cu, "new", b, h)
@@ -234,7 +237,7 @@ def section_timing(res, cu, old, names, shapes, flashmla: bool) -> None:
                 if fn is None:
                     step = impl_flashmla(case)
                 else:
-                    out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device="cuda")
+                    out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device=DEVICE)
 
                     def step(fn=fn, out=out, case=case, qn=qn, qr=qr):
                         for idx in case.indices:
@@ -249,6 +252,7 @@ def section_timing(res, cu, old, names, shapes, flashmla: bool) -> None:
                 row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
             torch.cuda.empty_cache()
         res["timing"].append(row)
+        save()  # a fault later in the process keeps the rows measured so far
         print("time", json.dumps(row), flush=True)
         del case
         torch.cuda.empty_cache()
@@ -261,11 +265,11 @@ def section_host(res, cu) -> None:
 
     res["host"] = []
     for h, b, c in ((8, 1, 2048), (16, 8, 2048)):
-        q = torch.randn(b, h, D_KV, dtype=torch.bfloat16, device="cuda")
-        pool = torch.randint(0, 0x58, (b * c + 64, D_KV), dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
-        indptr = torch.arange(b + 1, dtype=torch.int32, device="cuda") * c
-        idx = torch.arange(b * c, dtype=torch.int32, device="cuda")
-        out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device="cuda")
+        q = torch.randn(b, h, D_KV, dtype=torch.bfloat16, device=DEVICE)
+        pool = torch.randint(0, 0x58, (b * c + 64, D_KV), dtype=torch.uint8, device=DEVICE).view(torch.float8_e4m3fn)
+        indptr = torch.arange(b + 1, dtype=torch.int32, device=DEVICE) * c
+        idx = torch.arange(b * c, dtype=torch.int32, device=DEVICE)
+        out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device=DEVICE)
         for _ in range(10):
             mla_decode(q[..., :D_NOPE], q[..., D_NOPE:], pool, indptr, idx, 0.0625, out=out)
         torch.cuda.synchronize()
@@ -341,6 +345,29 @@ def verdicts(res: dict) -> list[str]:
     return out
 
 
+def merge(runs: list[dict]) -> dict:
+    """Several runs' results as one: timing rows of the same shape united, checks and graph rows appended,
+    env and seconds united, anything else from the last run that has it."""
+    out: dict = {"timing": [], "checks": [], "graph": [], "host": []}
+    shapes: dict[tuple, dict] = {}
+    for res in runs:
+        for key, value in res.items():
+            if key == "timing":
+                for row in value:
+                    shape = (row["heads"], row["batch"], row["context"])
+                    if shape not in shapes:
+                        shapes[shape] = {}
+                        out["timing"].append(shapes[shape])
+                    shapes[shape].update(row)
+            elif key in ("checks", "graph", "host"):
+                out[key] += value
+            elif isinstance(value, dict):
+                out[key] = {**out.get(key, {}), **value}
+            else:
+                out[key] = value
+    return out
+
+
 def _fmt(v, spec: str = "{:.1f}") -> str:
     return "-" if v is None else spec.format(v)
 
@@ -352,12 +379,14 @@ def main() -> None:
     ap.add_argument("--shapes", default=None, help="comma list of HxBxC (default: the issue's table and grid)")
     ap.add_argument("--impls", default="new,cl4,new16,legacy,old,flashmla")
     ap.add_argument("--baseline", type=Path, default=None, help="folder holding kernels_old/ (an earlier kernels/)")
-    ap.add_argument("--report", type=Path, default=None, help="only write the markdown of this JSON (no GPU)")
-    ap.add_argument("--md", type=Path, default=None, help="where --report writes (default: beside the JSON)")
+    ap.add_argument("--tag", default="", help="suffix of the JSON file: small_batch{tag}.json")
+    ap.add_argument("--report", type=Path, nargs="+", default=None,
+                    help="only write the markdown of these JSON files, merged (no GPU)")
+    ap.add_argument("--md", type=Path, default=None, help="where --report writes (default: beside the first JSON)")
     args = ap.parse_args()
     if args.report:
-        md = report(json.loads(args.report.read_text()))
-        (args.md or args.report.with_suffix(".md")).write_text(md)
+        md = report(merge([json.loads(f.read_text()) for f in args.report]))
+        (args.md or args.report[0].with_name("small_batch.md")).write_text(md)
         print(md)
         return
     from kernels import fp8_mla_decode_cuda as cu
@@ -380,7 +409,7 @@ def main() -> None:
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] if args.shapes else SHAPES
     args.out.mkdir(parents=True, exist_ok=True)
     res: dict = {"impls": names + (["flashmla"] if flashmla else [])}
-    out_json = args.out / "small_batch.json"
+    out_json = args.out / f"small_batch{args.tag}.json"
     t0 = time.time()
     for section in args.sections.split(","):
         s0 = time.time()
@@ -391,18 +420,19 @@ def main() -> None:
         elif section == "graph":
             section_graph(res, cu, names)
         elif section == "timing":
-            section_timing(res, cu, old, names, shapes, flashmla)
+            section_timing(res, cu, old, names, shapes, flashmla,
+                           save=lambda: out_json.write_text(json.dumps(res, indent=1) + "\n"))
         elif section == "host":
             section_host(res, cu)
         res.setdefault("seconds", {})[section] = round(time.time() - s0, 1)
         out_json.write_text(json.dumps(res, indent=1) + "\n")
     res["seconds"]["all"] = round(time.time() - t0, 1)
     out_json.write_text(json.dumps(res, indent=1) + "\n")
-    md = report(res)
-    (args.out / "small_batch.md").write_text(md)
-    print(md)
-    if any(not c.get("ok") for c in res.get("checks", [])) or any(not g.get("ok") for g in res.get("graph", [])):
-        print("SOME CHECKS FAILED", flush=True)
+    print(report(res))
+    failed = sorted({c["impl"] for c in res.get("checks", []) + res.get("graph", []) if not c.get("ok")})
+    if failed:
+        print("CHECKS FAILED for: " + ",".join(failed), flush=True)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

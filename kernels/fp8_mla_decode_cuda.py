@@ -1164,9 +1164,10 @@ class CudaConfig:
                              f"{self.row_clusters_max}")
 
     def nvrtc_options(self, q_fp16: bool) -> list[str]:
-        """The -D switches of this geometry and Q dtype (what a module is compiled with)."""
-        opts = [f"-DSTAGES={self.stages}", f"-DBLOCK_N={self.block_n}", f"-DMIN_CTAS={self.ctas_per_sm}"]
-        opts += [f"-DCLUSTER={self.cluster}"] if self.cluster else []
+        """The -D switches of this geometry and Q dtype (what a module is compiled with; configs that differ
+        only in the plan, cluster 0 or 8 included, share one module)."""
+        opts = [f"-DSTAGES={self.stages}", f"-DBLOCK_N={self.block_n}", f"-DMIN_CTAS={self.ctas_per_sm}",
+                f"-DCLUSTER={self.cluster or 8}"]
         return opts + (["-DQ_FP16"] if q_fp16 else []) + [f"-D{d}" for d in self.defines]
 
 
@@ -1187,7 +1188,10 @@ class _DeviceKernels:
         drv = _driver()
         drv.ensure_context(device)
         major, minor = torch.cuda.get_device_capability(device)
-        cubin = _nvrtc().compile(CUDA_SOURCE, f"sm_{major}{minor}", cfg.nvrtc_options(q_fp16))
+        key = (f"sm_{major}{minor}", tuple(cfg.nvrtc_options(q_fp16)))
+        cubin = _CUBINS.get(key)
+        if cubin is None:
+            cubin = _CUBINS[key] = _nvrtc().compile(CUDA_SOURCE, key[0], list(key[1]))
         self.cubin = cubin  # kept for disassembly (benchmarks write it out)
         names = ["mla_fp8_split", "mla_fp8_merge"] + (["mla_fp8_split_cl"] if cfg.cluster else [])
         funcs = drv.load(cubin, names)
@@ -1235,6 +1239,7 @@ class _DeviceKernels:
 _NVRTC: _Nvrtc | None = None
 _DRIVER: _Driver | None = None
 _KERNELS: dict[tuple, _DeviceKernels] = {}
+_CUBINS: dict[tuple[str, tuple[str, ...]], bytes] = {}  # (arch, options) -> cubin: one compile per module
 
 
 def _nvrtc() -> _Nvrtc:

@@ -5,7 +5,7 @@
 #   pytest.log        the CUDA path's GPU tests (tests/gpu/test_fp8_mla_decode.py -k cuda): the small-batch plan
 #                     with 1, a few and 64 clusters a row, cluster sizes 8/4/2, 8-128 heads, scales, FP16 Q, graph
 #                     replay with new lengths and its counters back at zero; and every earlier CUDA-path test
-#   bench.log, small_batch.json, small_batch.md
+#   bench.log, small_batch_checks.json, small_batch_timing.json, small_batch.md
 #                     benchmarks/fp8_mla_small_batch.py: errors vs fp32 (bar 2e-3), graph replays, then CUDA-graph
 #                     us per layer of ours (new = clusters of 8, cl4, legacy = the 2026-12-01 plan, old = .old's
 #                     kernels_old if carried) and FlashMLA FP8 side by side on the issue's shapes and 8/16 heads x
@@ -16,8 +16,8 @@
 # .flashmla/ (FlashMLA alone, 15 MB); carry it with the call: run(carry=[".flashmla"]). Without it the run still
 # checks and times ours (no FlashMLA column, so no ratios). Optional: an earlier kernels/ as .old/kernels_old/.
 # Order: the benchmark first (what the call is for), then pytest, then ncu; each stage has its timeout, so
-# the whole call stays under ~7.5 minutes (about 5.5 expected).
-# Usage: scripts/gpu/kernel_small_batch.sh [BENCH_SECONDS=210] [PYTEST_SECONDS=110] [NCU_SECONDS_EACH=45]
+# the whole call stays under ~8.5 minutes (about 5.5-6 expected).
+# Usage: scripts/gpu/kernel_small_batch.sh [CHECK_S=90] [TIMING_S=160] [PYTEST_S=110] [NCU_S_EACH=45]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/kernel-small-batch}
@@ -32,12 +32,31 @@ export PYTHONUNBUFFERED=1
 } >"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 
+# The benchmark in processes of its own: a device fault ends a process (and its CUDA context), so the checks
+# run first, apart; if they crashed, the timing runs the unchanged implementations first, then the new ones.
+bench() { timeout "$1" python3 benchmarks/fp8_mla_small_batch.py --out "$OUT" "${base[@]}" "${@:2}" 2>&1 | tee -a "$OUT/bench.log"; return "${PIPESTATUS[0]}"; }
 base=()
 [ -d .old/kernels_old ] && base=(--baseline .old)
-timeout "${1:-210}" python3 benchmarks/fp8_mla_small_batch.py --out "$OUT" "${base[@]}" 2>&1 | tee "$OUT/bench.log"
-echo "bench rc=${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"
+bench "${1:-90}" --tag _checks --sections env,checks,graph
+rc=$?
+echo "checks rc=$rc (0: all pass, 3: some fail, else a crash or the timeout)" | tee -a "$OUT/bench.log"
+t=${2:-160}
+if [ "$rc" = 0 ] || [ "$rc" = 3 ]; then
+  bench "$t" --tag _timing --sections timing,host
+  echo "timing rc=$?" | tee -a "$OUT/bench.log"
+  tags=(_checks _timing)
+else
+  bench $((t * 2 / 3)) --tag _timing_base --sections timing --impls legacy,old,flashmla
+  echo "timing (legacy, old, FlashMLA) rc=$?" | tee -a "$OUT/bench.log"
+  bench $((t / 3)) --tag _timing_new --sections timing,host --impls new,cl4,new16
+  echo "timing (the small-batch plan) rc=$?" | tee -a "$OUT/bench.log"
+  tags=(_checks _timing_base _timing_new)
+fi
+files=()
+for tag in "${tags[@]}"; do [ -f "$OUT/small_batch$tag.json" ] && files+=("$OUT/small_batch$tag.json"); done
+[ ${#files[@]} -gt 0 ] && python3 benchmarks/fp8_mla_small_batch.py --report "${files[@]}" --md "$OUT/small_batch.md" | tail -8
 
-timeout "${2:-110}" python3 -m pytest --noconftest -q -p no:cacheprovider --maxfail=10 \
+timeout "${3:-110}" python3 -m pytest --noconftest -q -p no:cacheprovider --maxfail=10 \
   tests/gpu/test_fp8_mla_decode.py -k cuda 2>&1 | tee "$OUT/pytest.log"
 echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$OUT/pytest.log"
 
@@ -50,7 +69,7 @@ if command -v ncu >/dev/null; then
   metrics+=,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread
   for shape in 64x64x8192 128x64x8192 8x1x8192; do
     echo "=== ncu $shape" >>"$OUT/ncu.txt"
-    timeout "${3:-45}" ncu --clock-control none -k regex:mla_fp8_split -c 1 --metrics "$metrics" \
+    timeout "${4:-45}" ncu --clock-control none -k regex:mla_fp8_split -c 1 --metrics "$metrics" \
       python3 benchmarks/fp8_mla_cuda_quick.py --profile "$shape" >>"$OUT/ncu.txt" 2>&1
     echo "ncu $shape rc=$?" | tee -a "$OUT/ncu.txt"
   done
