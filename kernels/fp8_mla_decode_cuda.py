@@ -797,10 +797,12 @@ mla_fp8_split_cl(SPLIT_PARAMS)
   __threadfence();
   cluster_sync();  /* the cluster's partial is out; no CTA reads another's shared memory after this */
   int* flag = (int*)(smem + SM_CL + 64);
-  if (rank == 0 && tid == 0) {
+  if (rank == 0 && tid == 0) {  /* fences on both sides of the count: the other clusters' partials, seen by
+                                   this thread, are then seen by every thread of the cluster after the barrier */
     int* counter = arrivals + b * gridDim.x + blockIdx.x;
     __threadfence();
     const int last = atomicAdd(counter, 1) == n_act - 1;
+    __threadfence();
     if (last) *counter = 0;  /* for the next call */
 #pragma unroll
     for (int j = 0; j < CLUSTER; ++j) st_cluster(map_rank(smem_addr(flag), j), last);
