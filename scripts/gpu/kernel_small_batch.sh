@@ -48,7 +48,7 @@ if [ "$rc" = 0 ] || [ "$rc" = 3 ]; then
 else
   bench $((t * 2 / 3)) --tag _timing_base --sections timing --impls legacy,old,flashmla
   echo "timing (legacy, old, FlashMLA) rc=$?" | tee -a "$OUT/bench.log"
-  bench $((t / 3)) --tag _timing_new --sections timing,host --impls new,cl4,new16
+  bench $((t / 3)) --tag _timing_new --sections timing,host --impls new,cl4,new16,mh3
   echo "timing (the small-batch plan) rc=$?" | tee -a "$OUT/bench.log"
   tags=(_checks _timing_base _timing_new)
 fi

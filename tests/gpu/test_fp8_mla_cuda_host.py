@@ -134,7 +134,8 @@ def test_host_shared_memory_is_what_the_source_lays_out(stages, block_n):
     assert cu._smem_bytes(stages, block_n) == _source_smem_total(stages, block_n)
 
 
-@pytest.mark.parametrize("cfg", [cu.CudaConfig(), cu.CudaConfig(stages=4, block_n=32)])
+@pytest.mark.parametrize("cfg", [cu.CudaConfig(), cu.CudaConfig(stages=4, block_n=32),
+                                 cu.CudaConfig(stages=2, block_n=32, ctas_per_sm=3)])
 def test_shared_memory_fits_the_ctas_per_sm_it_is_budgeted_for(cfg):
     smem = cu._smem_bytes(cfg.stages, cfg.block_n)
     assert smem >= 16 * 512 * 4, "the epilogue stages a 16 x 512 fp32 output tile in the KV buffers"
@@ -277,7 +278,9 @@ def _build(arch: str, cfg: cu.CudaConfig, q_fp16: bool = False) -> tuple[dict[st
 
 @pytest.mark.parametrize("cfg,q_fp16", [(cu.CudaConfig(), False), (cu.CudaConfig(), True),
                                         (cu.CudaConfig(stages=4, block_n=32), False),
-                                        (cu.CudaConfig(cluster=4), False), (cu.CudaConfig(cluster=2), True)])
+                                        (cu.CudaConfig(cluster=4), False), (cu.CudaConfig(cluster=2), True),
+                                        (cu.CudaConfig(stages=2, block_n=32, ctas_per_sm=3, defines=("Q_REG_KSTEPS=8",)),
+                                         False)])
 def test_kernels_build_for_sm90_within_budget(cfg, q_fp16):
     spills, regs, log = _build("sm_90", cfg, q_fp16)
     assert set(spills) == {"mla_fp8_split", "mla_fp8_split_cl", "mla_fp8_merge"}, log

@@ -273,6 +273,18 @@ def test_cuda_pipeline_geometries(stages, block_n):
 
 @gpu_only
 @hopper_only
+@pytest.mark.parametrize("splits", [1, 5, None])
+def test_cuda_three_ctas_per_sm(splits):
+    """The many-head variant: 32-token stages, 8 k-steps of Q in registers, launch bounds for 3 CTAs per SM."""
+    from kernels.fp8_mla_decode_cuda import CudaConfig
+
+    cfg = CudaConfig(stages=2, block_n=32, ctas_per_sm=3, defines=("Q_REG_KSTEPS=8",))
+    run_cuda([3000, 5, 12345, 0, 31], 64, cfg, splits=splits)
+    run_cuda([4000, 70], 128, cfg, splits=splits)
+
+
+@gpu_only
+@hopper_only
 def test_cuda_scales_tensor_and_per_token():
     run_cuda([900, 17, 0], 16, splits=4, k_scale=torch.tensor([0.75], device=DEVICE), v_scale=1.5,
              token_scale=True)
