@@ -10,8 +10,8 @@
 #                     us per layer of ours (new = clusters of 8, cl4, legacy = the 2026-12-01 plan, old = .old's
 #                     kernels_old if carried) and FlashMLA FP8 side by side on the issue's shapes and 8/16 heads x
 #                     batch 1/2/4/8 x 2K-128K; the markdown says MET/MISSED for the issue's bar
-#   ncu.txt           (if ncu is on the image) a handful of counters for 64x64x8K and 128x64x8K (what bounds the
-#                     many-head path) and 8x1x8K (the small-batch kernel)
+#   ncu.txt           (if ncu is on the image) a handful of counters for 128x64x8K (what bounds the many-head
+#                     path, as it is and as mh3: 3 CTAs per SM) and 8x1x8K (the small-batch kernel)
 # Prerequisite, where pip reaches PyPI (not on the GPU machine): scripts/gpu/fetch_flashmla.sh, which writes
 # .flashmla/ (FlashMLA alone, 15 MB); carry it with the call: run(carry=[".flashmla"]). Without it the run still
 # checks and times ours (no FlashMLA column, so no ratios). Optional: an earlier kernels/ as .old/kernels_old/.
@@ -67,11 +67,13 @@ if command -v ncu >/dev/null; then
   metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
   metrics+=,sm__inst_executed_pipe_tensor_op_hmma.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread
-  for shape in 64x64x8192 128x64x8192 8x1x8192; do
-    echo "=== ncu $shape" >>"$OUT/ncu.txt"
+  # the 64/128-head kernel as it is (one split, 2 CTAs per SM), its 3-CTA variant (mh3), the small-batch kernel
+  for run in "128x64x8192" "128x64x8192 2:32:3:Q_REG_KSTEPS=8" "8x1x8192"; do
+    read -r shape pcfg <<<"$run"
+    echo "=== ncu $shape ${pcfg:-default}" >>"$OUT/ncu.txt"
     timeout "${4:-45}" ncu --clock-control none -k regex:mla_fp8_split -c 1 --metrics "$metrics" \
-      python3 benchmarks/fp8_mla_cuda_quick.py --profile "$shape" >>"$OUT/ncu.txt" 2>&1
-    echo "ncu $shape rc=$?" | tee -a "$OUT/ncu.txt"
+      python3 benchmarks/fp8_mla_cuda_quick.py --profile "$shape" ${pcfg:+--profile-config "$pcfg"} >>"$OUT/ncu.txt" 2>&1
+    echo "ncu $shape ${pcfg:-default} rc=$?" | tee -a "$OUT/ncu.txt"
   done
   grep -E "===|mla_fp8|gpu__time|throughput|hit_rate|warps_|issue_active|inst_executed|pipe_|launch__" "$OUT/ncu.txt" | tail -60
 fi
