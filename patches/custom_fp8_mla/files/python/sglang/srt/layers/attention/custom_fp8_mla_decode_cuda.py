@@ -1175,7 +1175,10 @@ class CudaConfig:
         return opts + (["-DQ_FP16"] if q_fp16 else []) + [f"-D{d}" for d in self.defines]
 
 
-_DEFAULT = CudaConfig()
+# What a call without a config runs (the serving path): the plan of 2026-12-01, measured on the H200, until the
+# small-batch plan (CudaConfig's own default, cluster=8) has passed its GPU call (scripts/gpu/kernel_small_batch.sh;
+# issue 47: written and checked on the CPU only, no device time was left).
+_DEFAULT = CudaConfig(cluster=0)
 
 
 def _smem_bytes(stages: int, block_n: int) -> int:
