@@ -220,3 +220,9 @@ def test_the_agents_check_refuses_the_same_names_at_the_same_lines(form):
     """One parser for both halves: the host's check (before git reads a patch) says what the controller says."""
     text, line, path = HOSTILE[form]
     assert [(r.line, r.path) for r in name_refusals("0001.patch", text)][:1] == [(line, path)]
+
+
+def test_a_context_diff_git_does_not_apply_is_no_diff(tmp_path):
+    text = "*** /dev/null\n--- /tmp/harness-48\n***************\n*** 0 ****\n--- 1 ----\n+ x\n"
+    with pytest.raises(ConfigError, match="not a diff git can apply"):
+        load_patch_set(make_set(tmp_path, [text]), "hostile")
