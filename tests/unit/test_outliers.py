@@ -154,3 +154,14 @@ def test_a_drift_with_no_cause_says_so():
 def compare_text(cell) -> str:
     from harness.results.compare import cell_text
     return cell_text(cell)
+
+
+def test_a_row_against_a_drifted_baseline_is_not_judged_either():
+    base = rec("b1", 1, [950.0, 110.0, 120.0, 115.0]).model_copy(update={"experiment": "base"})
+    row = rec("a1", 1, [300.0, 310.0, 305.0, 302.0])
+    rows = {r.experiment: r for r in build_rows([base, row], metric="median_ttft_ms", baseline="base")}
+    assert rows["base"].cells["c8"].drift and not rows["e"].cells["c8"].drift
+    assert rows["e"].cells["c8"].verdict == "drift" and rows["e"].cells["c8"].p_value is None
+    quiet = rec("b1", 1, [120.0, 110.0, 112.0, 115.0]).model_copy(update={"experiment": "base"})
+    judged = {r.experiment: r for r in build_rows([quiet, row], metric="median_ttft_ms", baseline="base")}
+    assert judged["e"].cells["c8"].verdict == "worse"  # the same row, judged, against a baseline that held

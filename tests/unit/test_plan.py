@@ -217,3 +217,12 @@ def test_an_answer_check_or_a_client_mode_makes_another_experiment_and_the_defau
     answers = _key(_top_level_sweep(tmp_path, answers={"prompts": 4}))
     assert answers != plain
     assert _key(_top_level_sweep(tmp_path, answers={"prompts": 8})) != answers
+
+
+def test_the_prefix_cache_and_the_spread_bar_change_the_key_only_when_not_the_default(tmp_path):
+    unset = _key(_bench_sweep(tmp_path, {"name": "c", "num_prompts": 4}))
+    assert _key(_bench_sweep(tmp_path, {"name": "c", "num_prompts": 4, "prefix_cache": "cold"})) == unset
+    assert _key(_bench_sweep(tmp_path, {"name": "c", "num_prompts": 4, "prefix_cache": "hit"})) != unset
+    answers = _key(_top_level_sweep(tmp_path, answers={"prompts": 4}))
+    assert _key(_top_level_sweep(tmp_path, answers={"prompts": 4, "spread_bar": 1.75})) == answers
+    assert _key(_top_level_sweep(tmp_path, answers={"prompts": 4, "spread_bar": 2.0})) != answers
