@@ -11,9 +11,9 @@ from dataclasses import MISSING, fields, is_dataclass
 from enum import Enum
 from typing import Any, ClassVar, Dict, Tuple, Type, TypeVar
 
-PROTOCOL = 10  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc;
+PROTOCOL = 11  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc;
 # 9: warm-up per case and cool-down (BenchCase.warmup, Spec.cooldown, BenchFacts.cases); 10: a warm-up of one
-# wave of prompts (BenchCase.warmup_argv)
+# wave of prompts (BenchCase.warmup_argv); 11: bisect (Spec.checkout, mode history: Spec.history, Final.history)
 
 T = TypeVar("T")
 
