@@ -7,11 +7,14 @@ the good one (the comparison table's Mann-Whitney test), up to `max_attempts` at
 so a verdict once made stays made (a resume replays the same decisions from the same records). Then each step
 is one commit, judged against both ends with the same test and its Hodges–Lehmann interval:
 
-    bad        significantly different from the good end and not from the bad end
-    good       significantly different from the bad end and not from the good end
-    (both)     different from both ends (a part of the slowdown): the end it is closer to, by the ratio of medians
-    undecided  different from neither: measured again (another attempt, more samples), up to max_attempts
+    bad        its median is closer to the bad end's than to the good end's, and it differs significantly
+               from the good end (whether or not it differs from the bad one: part of a slowdown is bad)
+    good       closer to the good end, and significantly different from the bad end
+    undecided  not significantly different from the end it is farther from (too noisy, or too few samples):
+               measured again (another attempt, more samples), up to max_attempts
     skip       it did not run — its patch sets do not apply, the server did not start (`git bisect skip`)
+
+A step is never called bad for being noisy: the test against the far end must say it differs.
 
 The next commit is the middle one of the untried commits of the range still open (after the last good commit,
 before the first bad one). When none is left the first bad commit is the open range's end; skipped or undecided
@@ -149,12 +152,12 @@ def _judged(good: Cell, bad: Cell, step: Trial, metric: str) -> Judged:
     vs_good, vs_bad = judge(good, cell, metric), judge(bad, cell, metric)
     if step.skip is not None:
         return Judged(Verdict.SKIP, vs_good, vs_bad)
-    differs_good, differs_bad = (c.verdict in ("better", "worse") for c in (vs_good, vs_bad))
-    if differs_good and differs_bad:  # between the ends: closer to which, by the ratio of medians
-        closer_bad = abs(math.log(vs_bad.ratio or 1.0)) < abs(math.log(vs_good.ratio or 1.0))
+    if vs_good.ratio is None or vs_bad.ratio is None:
+        return Judged(Verdict.UNDECIDED, vs_good, vs_bad)
+    closer_bad = abs(math.log(vs_bad.ratio)) < abs(math.log(vs_good.ratio))
+    other = vs_good if closer_bad else vs_bad  # like the end it is closer to, if told apart from the other one
+    if other.verdict in ("better", "worse"):
         return Judged(Verdict.BAD if closer_bad else Verdict.GOOD, vs_good, vs_bad)
-    if differs_good != differs_bad:
-        return Judged(Verdict.BAD if differs_good else Verdict.GOOD, vs_good, vs_bad)
     return Judged(Verdict.UNDECIDED, vs_good, vs_bad)
 
 
@@ -226,16 +229,23 @@ def decide(trials: Mapping[int, Trial], n: int, metric: str, max_attempts: int) 
                          f" and {len(bad.samples)}; the test needs {MIN_SAMPLES} a side): give the case more repeats")
         return Stuck(f"the ends do not differ significantly after {max_attempts} attempts each "
                      f"({ratio_words(ends)}): nothing to bisect")
-    verdicts = {0: Verdict.GOOD, n - 1: Verdict.BAD}
-    good_cell, bad_cell = cell_of(list(good.samples)), cell_of(list(bad.samples))
-    for i in sorted(trials):
-        if 0 < i < n - 1:
-            verdict = _judged(good_cell, bad_cell, trials[i], metric).verdict
-            if verdict == Verdict.UNDECIDED and trials[i].attempts < max_attempts:
-                return Measure(i, again=True)
-            verdicts[i] = verdict
+    verdicts = step_verdicts(trials, n, metric)
+    for i, verdict in sorted(verdicts.items()):
+        if verdict == Verdict.UNDECIDED and trials[i].attempts < max_attempts:
+            return Measure(i, again=True)
     nxt = next_index(verdicts, n)
     return Measure(nxt) if nxt is not None else answer(verdicts, n)
+
+
+def step_verdicts(trials: Mapping[int, Trial], n: int, metric: str) -> dict[int, Verdict]:
+    """Every tried commit's verdict so far, the ends' included (undecided: maybe not for good)."""
+    good, bad = trials.get(0, Trial()), trials.get(n - 1, Trial())
+    good_cell, bad_cell = cell_of(list(good.samples)), cell_of(list(bad.samples))
+    verdicts = {0: Verdict.GOOD, n - 1: Verdict.BAD}
+    for i in sorted(trials):
+        if 0 < i < n - 1:
+            verdicts[i] = _judged(good_cell, bad_cell, trials[i], metric).verdict
+    return verdicts
 
 
 def replay(obs: Mapping[int, Sequence[Trial]], n: int, metric: str, max_attempts: int) -> list[int]:
