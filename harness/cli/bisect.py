@@ -84,7 +84,8 @@ def bisect(
             info = new_bisect(new_run_id(), resolved, name, history, good=good, bad=bad or "HEAD", case=case,
                               metric=metric_name, max_attempts=max_attempts, hosts_file=hosts_path, patches_dir=pdir)
         if dry_run:
-            show_plan(info, exp.experiment, list(store.iter_records(info.run_id)) if resume else [])
+            show_plan(info, exp.experiment, [p.name for p in resolved.patch_sets],
+                      list(store.iter_records(info.run_id)) if resume else [])
             return
         again = resume_command(experiment, info.run_id, results_dir, "bisect")
         with store.lock_run(info.run_id):
@@ -144,21 +145,29 @@ def parse_metric(text: str, exp: Experiment, file: Path) -> tuple[str, str]:
     return case, metric
 
 
-def show_plan(info: BisectInfo, exp: Experiment, records: list[Record]) -> None:
+def show_plan(info: BisectInfo, exp: Experiment, patch_sets: list[str], records: list[Record]) -> None:
+    """What the bisect will do (a resumed one: what it did so far, and what comes next)."""
+    from ..results.bisection import Verdict, next_index
+
     n = len(info.commits)
     first, last = info.commits[0], info.commits[-1]
     case = next(c for c in exp.bench if c.name == info.case)
+    middle = next_index({0: Verdict.GOOD, n - 1: Verdict.BAD}, n)
     lines = [f"bisect of {info.experiment} on {info.host}: {n - 1} commits after {first.sha[:10]} (good: "
-             f"{info.good_ref}) up to {last.sha[:10]} (bad: {info.bad_ref}), along the first-parent line",
-             f"  judged by {bisecttext.metric_title(info)}: {case.repeats or exp.repeats} repeats an attempt, up to "
-             f"{info.max_attempts} attempts at a commit; a step is bad when it is significantly worse than the good "
-             "end and not different from the bad one (Mann-Whitney test, p < 0.05, at least 4 samples a side)",
-             f"  each step: the commit checked out, then the experiment's patch sets; HEAD put back on "
-             f"{info.branch or 'a detached HEAD'} at {info.head[:10]} after each, verified",
-             f"  the ends first (each measured once, more only if they cannot be told apart), then at most "
-             f"{math.ceil(math.log2(max(n - 1, 1)))} steps (one more for each commit that is skipped)"]
+             f"{info.good_ref}) up to {last.sha[:10]} (bad: {info.bad_ref}), first-parent",
+             f"  metric: {bisecttext.metric_title(info)}; {case.repeats or exp.repeats} repeats an attempt, up to "
+             f"{info.max_attempts} attempts at a commit",
+             "  a step is bad when its median is nearer the bad end's and it differs from the good end (Mann-Whitney, "
+             "p < 0.05,", "    at least 4 samples a side), good when nearer the good end's and it differs from the "
+             "bad end; else it is measured again",
+             f"  each step: the commit checked out, then the experiment's patch sets ({', '.join(patch_sets) or 'none'})"
+             f"; after each, HEAD back on {info.branch or 'a detached HEAD'} at {info.head[:10]}, verified",
+             f"  the ends first (once each; more only if they cannot be told apart), then at most "
+             f"{math.ceil(math.log2(max(n - 1, 1)))} steps (one more per skipped commit),"]
+    if middle is not None:
+        lines.append(f"    the first at commit {middle} {info.commits[middle].sha[:10]} {info.commits[middle].subject}")
     for line in lines:
-        out.print(Text(line), soft_wrap=False)
+        out.print(Text(line), soft_wrap=True)
     if records:
         show_table(info, records)
     else:

@@ -114,8 +114,8 @@ def notes(table: Table) -> list[str]:
     return [f"{r.sha[:10]} skipped: {r.note}" for r in table.rows if r.note]
 
 
-LEGEND = ("median ± CV over the commit's repeats (n); vs good / vs bad: its median over that end's, ▼ worse ▲ better "
-          "≈ not significant (Mann-Whitney, p < 0.05), ? too few samples, [low–high] the 95 % interval")
+LEGEND = ("median ± CV of the commit's samples (n); vs good, vs bad: its median over that end's, ▼ worse ▲ better "
+          "≈ not significant (Mann-Whitney, p < 0.05), [low–high] its 95 % interval")
 
 
 def page_context(info: BisectInfo, records: Iterable[Record]) -> dict[str, Any]:

@@ -112,9 +112,10 @@ class Bisector:
         if d.index in (0, n - 1):
             what = "good end" if d.index == 0 else "bad end"
         else:
+            verdicts = b.step_verdicts(trials, n, self.info.metric)
+            verdicts.pop(d.index, None)  # this step's own, when it is measured again
             step = len(tried | {d.index})
-            left = b.steps_left(b.step_verdicts(trials, n, self.info.metric), n) - (0 if d.again else 1)
-            what = f"step {step} (at most {step + left} without skips)"
+            what = f"step {step} (of at most {step - 1 + b.steps_left(verdicts, n)})"
         again = f", attempt {trials[d.index].attempts + 1}" if d.again else ""
         return f"{what}: {c.sha[:10]} (commit {d.index} of {n - 1}) {c.subject}{again}"
 

@@ -25,15 +25,8 @@ pytestmark = pytest.mark.integration
 
 HARNESS = [sys.executable, "-m", "harness"]
 SLOW_AT, BROKEN_AT = 19, 15  # commit 15 is the first middle: the bisect meets the broken commit at once
-# The server starts at once and decodes three times slower than the defaults (a decode step is then a few times
-# the host's jitter); five repeats of a short case an attempt, with no warm-up request: enough for the test.
-EXPERIMENT = {
-    "name": "decode", "backend": "flashinfer-mla", "model": {"path": "/models/GLM-5-NVFP4"},
-    "server": {"port": "auto", "tp": 1, "env": {"SGLANG_SIM_STARTUP_SCALE": "0", "SGLANG_SIM_JIT_BUILD_S": "0",
-                                                "SGLANG_SIM_SERVE_SCALE": "3"}},
-    "bench": [{"name": "dec", "num_prompts": 2, "input_len": 16, "output_len": 8, "max_concurrency": 2,
-               "repeats": 5, "warmup": False, "warmup_requests": 0}],
-    "timeouts": {"ready": 60, "no_progress": 30, "stop_grace": 5}}
+EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "sim" / "bisect-decode.yaml"  # the docs' own
+METRIC = "decode:median_itl_ms"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -64,12 +57,11 @@ def bisected(tmp_path_factory) -> Bisected:
     (tmp / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"sim": {
         "address": "local", "repo": str(target.repo), "python": str(target.python), "gpus": 8, "arch": "sm90",
         "workdir": str(tmp / "work")}}}))
-    (tmp / "decode.yaml").write_text(yaml.safe_dump(EXPERIMENT, sort_keys=False))
     before = (git_view(target.repo), tree_snapshot(target.repo))
     results = ["--results-dir", str(tmp / "results")]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # a pipe's lines: 180 wide
-    first = subprocess.Popen([*HARNESS, "bisect", "decode.yaml", "--good", "main~30", "--bad", "main", "--metric",
-                              "dec:median_itl_ms", "--hosts-file", "hosts.yaml", *results], cwd=tmp, env=env,
+    first = subprocess.Popen([*HARNESS, "bisect", str(EXPERIMENT), "--good", "main~30", "--bad", "main", "--metric",
+                              METRIC, "--hosts-file", "hosts.yaml", *results], cwd=tmp, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen = []
     assert first.stdout is not None
@@ -84,7 +76,7 @@ def bisected(tmp_path_factory) -> Bisected:
     killed = "".join(seen)
     assert in_step and first.returncode == -signal.SIGKILL, killed
     run_id = re.search(r"^run (\S+): bisecting", killed, re.M).group(1)
-    resumed = subprocess.run([*HARNESS, "bisect", "decode.yaml", "--resume", run_id, *results], cwd=tmp, env=env,
+    resumed = subprocess.run([*HARNESS, "bisect", str(EXPERIMENT), "--resume", run_id, *results], cwd=tmp, env=env,
                              capture_output=True, text=True, timeout=300)
     return Bisected(target.repo, target.commits, before, killed, resumed, run_id, tmp / "results" / run_id)
 
@@ -116,10 +108,10 @@ def test_the_tree_is_as_found_after_the_kill_and_the_resume(bisected):
 def test_the_resume_goes_on_with_the_killed_step_and_redoes_no_finished_one(bisected):
     """Each commit tried has one record; the killed step's first attempt folder has none (it was killed before
     its benchmark: nothing to keep), and its second one is the step's result."""
-    killed_at = re.search(r"^step 3 \(at most \d+ without skips\): (\w+) ", bisected.killed, re.M)
+    killed_at = re.search(r"^step 3 \(of at most \d+\): (\w+) ", bisected.killed, re.M)
     assert killed_at, bisected.killed
     first_step = re.search(r"^(good end|bad end|step \d+) .*$", bisected.resumed.stdout, re.M)
-    assert first_step and first_step.group(0).startswith(f"step 3 (at most"), bisected.resumed.stdout
+    assert first_step and first_step.group(0).startswith("step 3 (of at most"), bisected.resumed.stdout
     assert killed_at.group(1) in first_step.group(0)
     statuses: dict[str, list[str]] = {}
     for record in bisected.folder.glob("*/*/record*.json"):
@@ -127,7 +119,7 @@ def test_the_resume_goes_on_with_the_killed_step_and_redoes_no_finished_one(bise
         statuses.setdefault(data["checkout"], []).append(data["status"])
     assert {c: len(s) for c, s in statuses.items()} == {c: 1 for c in statuses}, statuses
     assert statuses[bisected.commits[BROKEN_AT]] == ["crashed"]
-    folder = next(bisected.folder.glob(f"decode.{killed_at.group(1)}"))
+    folder = next(bisected.folder.glob(f"sim-decode.{killed_at.group(1)}"))
     attempts = sorted(p.name for p in folder.iterdir())
     assert attempts == ["01", "02"] and not list((folder / "01").glob("record*.json"))
 
@@ -143,11 +135,13 @@ def test_the_report_page_shows_the_bisect(bisected, tmp_path):
 
 def test_the_dry_run_prints_the_plan_and_changes_nothing(bisected):
     before, runs = (git_view(bisected.repo), tree_snapshot(bisected.repo)), set(bisected.folder.parent.iterdir())
-    p = subprocess.run([*HARNESS, "bisect", "decode.yaml", "--good", "main~30", "--metric", "dec:median_itl_ms",
-                        "--hosts-file", "hosts.yaml", "--results-dir", str(bisected.folder.parent), "--dry-run"],
+    p = subprocess.run([*HARNESS, "bisect", str(EXPERIMENT), "--good", "main~30", "--metric", METRIC, "--hosts-file",
+                        "hosts.yaml", "--results-dir", str(bisected.folder.parent), "--dry-run"],
                        cwd=bisected.folder.parents[1], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith(f"bisect of decode on sim: 30 commits after {bisected.commits[0][:10]} (good: main~30)")
-    assert "then at most 5 steps" in p.stdout and "nothing written: --dry-run" in p.stdout
+    assert p.stdout.startswith(f"bisect of sim-decode on sim: 30 commits after {bisected.commits[0][:10]} "
+                               "(good: main~30) up to "), p.stdout
+    assert "then at most 5 steps" in p.stdout and f"the first at commit 15 {bisected.commits[15][:10]} " in p.stdout
+    assert "nothing written: --dry-run" in p.stdout
     assert (git_view(bisected.repo), tree_snapshot(bisected.repo)) == before
     assert set(bisected.folder.parent.iterdir()) == runs

@@ -5,6 +5,7 @@ own checks of what it is given."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def test_layouts_are_bisected_to_their_slow_commit(tmp_path, n, slow_at, broken_
     if broken_at in [int(c[:2]) for c in checked_out]:
         assert "  → skip: crashed (import-error): ImportError: x" in lines
     assert lines[0].startswith("good end: ") and lines[2].startswith("bad end: ")
-    assert lines[4].startswith("step 1 (at most ")
+    assert lines[4].startswith(f"step 1 (of at most {math.ceil(math.log2(n - 1))}): ")
 
 
 def test_a_cluster_is_bisected_through_the_same_attempt_path_and_its_history_read_on_the_login_node(tmp_path,
