@@ -11,6 +11,7 @@ import time
 import traceback
 from typing import Any, Optional
 
+from ..common.outcome import JournalCheckout
 from ..common.protocol import (
     ChangedPaths,
     Final,
@@ -26,7 +27,6 @@ from ..common.protocol import (
     StageChanged,
     Status,
 )
-from ..common.outcome import JournalCheckout
 from ..common.targetid import read_server_version, target_identity
 from . import watchdog
 from .answers import check_answers

@@ -160,8 +160,9 @@ def show_plan(info: BisectInfo, exp: Experiment, patch_sets: list[str], records:
              "  a step is bad when its median is nearer the bad end's and it differs from the good end (Mann-Whitney, "
              "p < 0.05,", "    at least 4 samples a side), good when nearer the good end's and it differs from the "
              "bad end; else it is measured again",
-             f"  each step: the commit checked out, then the experiment's patch sets ({', '.join(patch_sets) or 'none'})"
-             f"; after each, HEAD back on {info.branch or 'a detached HEAD'} at {info.head[:10]}, verified",
+             "  each step: the commit checked out, then the experiment's patch sets "
+             f"({', '.join(patch_sets) or 'none'}); after each, HEAD back on {info.branch or 'a detached HEAD'} "
+             f"at {info.head[:10]}, verified",
              f"  the ends first (once each; more only if they cannot be told apart), then at most "
              f"{math.ceil(math.log2(max(n - 1, 1)))} steps (one more per skipped commit),"]
     if middle is not None:

@@ -103,8 +103,8 @@ def history_summary(layout: Layout, commits: tuple[str, ...]) -> str:
     lines = [f"history: {layout.commits} commits on main after {commits[0][:10]} (harness bisect EXPERIMENT "
              f"--good main~{layout.commits} --bad main)"]
     if layout.slow_at:
-        lines.append(f"  commit {layout.slow_at} {commits[layout.slow_at][:10]}: a decode step of {layout.slow_backend} "
-                     f"costs {layout.slow_factor:g}x")
+        lines.append(f"  commit {layout.slow_at} {commits[layout.slow_at][:10]}: a decode step of "
+                     f"{layout.slow_backend} costs {layout.slow_factor:g}x")
     if layout.broken_at:
         lines.append(f"  commit {layout.broken_at} {commits[layout.broken_at][:10]}: the server dies at startup "
                      f"(ImportError); commit {layout.broken_at + 1} fixes it")

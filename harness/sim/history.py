@@ -81,18 +81,20 @@ def write_history(repo: Path, layout: Layout, commit: Callable[[str, int], str])
         subject = f"{SUBJECTS[(k - 1) % len(SUBJECTS)]} (#{k})"
         if k == layout.slow_at:
             subject = f"attention: {layout.slow_backend} re-plans its decode wrapper on every layer (#{k})"
+            factor = ("\n# What one decode step of this backend costs against the model's (the simulated model "
+                      f"runner applies it).\nDECODE_COST_FACTOR = {layout.slow_factor!r}\n")
             for name in SLOW_BACKENDS[layout.slow_backend]:
-                _edit(repo / ATTENTION / name, lambda text: after_docstring(text, (
-                    "\n# What one decode step of this backend costs against the model's (the simulated model runner"
-                    f" applies it).\nDECODE_COST_FACTOR = {layout.slow_factor!r}\n")))
+                path = repo / ATTENTION / name
+                _edit(path, after_docstring(path.read_text(encoding="utf-8"), factor))
+        if layout.broken_at is not None and k in (layout.broken_at, layout.broken_at + 1):
+            line = "\n" + BROKEN_IMPORT % layout.broken_at
+            text = (repo / SERVER_ARGS).read_text(encoding="utf-8")
+            _edit(repo / SERVER_ARGS, after_docstring(text, line) if k == layout.broken_at else
+                  text.replace(line, "", 1))
         if k == layout.broken_at:
             subject = f"server_args: take resolve_served_model_name from utils (#{k})"
-            _edit(repo / SERVER_ARGS, lambda text: after_docstring(text, "\n" + BROKEN_IMPORT % k))
-        if layout.broken_at is not None and k == layout.broken_at + 1:
-            broken = BROKEN_IMPORT % layout.broken_at
-            _edit(repo / SERVER_ARGS, lambda text: text.replace("\n" + broken, "", 1))
-            if k != layout.slow_at:
-                subject = f"server_args: undo #{layout.broken_at}, the helper never moved (#{k})"
+        elif layout.broken_at is not None and k == layout.broken_at + 1 and k != layout.slow_at:
+            subject = f"server_args: undo #{layout.broken_at}, the helper never moved (#{k})"
         with open(repo / CHANGELOG, "a", encoding="utf-8") as f:
             f.write(f"- {subject}\n")
         ids.append(commit(subject, k))
@@ -110,9 +112,7 @@ def after_docstring(text: str, insert: str) -> str:
     return "".join(lines[:at] + [insert] + lines[at:])
 
 
-def _edit(path: Path, change: Callable[[str], str]) -> None:
-    text = path.read_text(encoding="utf-8")
-    new = change(text)
-    if new == text:
+def _edit(path: Path, new: str) -> None:
+    if new == path.read_text(encoding="utf-8"):
         raise RuntimeError(f"the simulated history could not change {path}")
     path.write_text(new, encoding="utf-8")
