@@ -2,7 +2,8 @@
 15 % slower and one of which does not start (the next one fixes it). `harness bisect` names the slow commit in at
 most six steps, skipping the broken one with its triage verdict; its controller is SIGKILLed in the middle of a
 step, and `--resume` finishes the bisect; the repo's HEAD, branch and files are then as they were found — read
-with git and the file system, not with the harness's helpers. One bisect for the module (about a minute)."""
+with git and the file system, not with the harness's helpers. One bisect for the module (about a minute on two
+busy cores: nine attempts of a few seconds each)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import yaml
 from harness.sim import Layout, init_target
 from tests.conftest import marked_processes, tree_snapshot
 
-pytestmark = pytest.mark.integration
+# One worker runs the module (a parallel run would otherwise bisect once per worker that takes one of its tests).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("bisect")]
 
 HARNESS = [sys.executable, "-m", "harness"]
 SLOW_AT, BROKEN_AT = 19, 15  # commit 15 is the first middle: the bisect meets the broken commit at once
