@@ -136,6 +136,6 @@ class Bisector:
         """An attempt that is no verdict on its commit (the host refused it, or it did not finish) stops the bisect:
         a resume tries that commit again."""
         if b.host_problem(rec) or not rec.is_final():
-            raise HostError(self.info.host, f"the attempt at {rec.checkout or '?'} ended {rec.status}: "
+            raise HostError(self.info.host, f"the attempt at {(rec.checkout or '?')[:10]} ended {rec.status}: "
                             f"{(rec.error or '').strip().splitlines()[0] if rec.error else 'no reason given'}",
                             hint="fix the host, then resume the bisect (it tries that commit again)")
