@@ -4,7 +4,8 @@ The tree must be clean (a checkout would carry a change along, or refuse it half
 and the branch it was on — goes into the journal before the checkout (attempt.py), so whoever reverts it (the
 attempt itself, its watchdog, the next preflight, `harness recover`) puts HEAD back: `restore_ref` checks the
 commit out detached, then points HEAD at the branch again (its tip: no file changes), and says what still differs.
-Tree.revert counts that as part of its verification. Standard library only (it ships with the agent).
+Tree.revert counts that as part of its verification. And git's own reason for a failure, in a line (tree.py's
+messages use it too). Standard library only (it ships with the agent).
 """
 
 from __future__ import annotations
@@ -51,8 +52,7 @@ def refuse_changes(git: GitRunner, allow: Sequence[str]) -> None:
 def current_ref(git: GitRunner) -> tuple[str, Optional[str]]:
     """(HEAD's commit, the ref HEAD is on — None when detached)."""
     head = git.out("rev-parse", "--verify", "HEAD").strip()
-    p = git("symbolic-ref", "-q", "HEAD", check=False)
-    branch = p.stdout.decode(errors="surrogateescape").strip() if p.returncode == 0 else ""
+    branch = git.out("symbolic-ref", "-q", "HEAD", check=False).strip()  # nothing when detached
     return head, branch or None
 
 
@@ -71,7 +71,7 @@ def check_out(git: GitRunner, commit: str) -> None:
     p = git("checkout", "-q", "--detach", commit, check=False)
     if p.returncode != 0:
         raise StageFailed(Status.PREFLIGHT_FAILED, "git checkout %s failed in %s: %s" % (
-            commit[:12], git.repo, _last_line(p.stderr)))
+            commit[:12], git.repo, _reason(p.stderr)))
 
 
 def restore_ref(git: GitRunner, commit: str, branch: Optional[str]) -> list[str]:
@@ -80,11 +80,11 @@ def restore_ref(git: GitRunner, commit: str, branch: Optional[str]) -> list[str]
     problems = []
     p = git("checkout", "-q", "--detach", commit, check=False)
     if p.returncode != 0:
-        problems.append("HEAD: git checkout %s failed: %s" % (commit[:12], _last_line(p.stderr)))
+        problems.append("HEAD: git checkout %s failed: %s" % (commit[:12], _reason(p.stderr)))
     if branch is not None and p.returncode == 0:
         q = git("symbolic-ref", "HEAD", branch, check=False)  # the branch's tip is `commit`: no file changes
         if q.returncode != 0:
-            problems.append("HEAD: cannot put it back on %s: %s" % (branch, _last_line(q.stderr)))
+            problems.append("HEAD: cannot put it back on %s: %s" % (branch, _reason(q.stderr)))
     head, on = current_ref(git)
     if (head, on) != (commit, branch):
         problems.append("HEAD: %s %s, was %s %s" % (head[:12], on or "(detached)", commit[:12],
@@ -92,6 +92,15 @@ def restore_ref(git: GitRunner, commit: str, branch: Optional[str]) -> list[str]
     return problems
 
 
-def _last_line(stderr: bytes) -> str:
-    lines = [x.strip() for x in stderr.decode(errors="replace").splitlines() if x.strip()]
-    return lines[-1] if lines else "git gave no reason"
+def git_reason(stderr: str) -> str:
+    """Git's own reason for a failure, for the message's first line (the one progress and summaries show; tree.py's
+    messages use it too): its first `error:` line (`patch failed: path:12`), else its first non-empty line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    return lines[0] if lines else "git gave no reason"
+
+
+def _reason(stderr: bytes) -> str:
+    return git_reason(stderr.decode(errors="replace"))

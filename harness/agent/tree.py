@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from ..common.patchpaths import git_unquote, path_problem
 from ..common.protocol import JOURNAL_VERSION, FileEntry, Journal, PatchEntry, RevertReport, Status
-from .checkout import restore_ref
+from .checkout import git_reason, restore_ref
 from .errors import FailureFacts, StageFailed
 from .hostio import copy_raw, deepest_first, read_json, run, write_json_atomic
 from .newfiles import check_folders, parents, write_file
@@ -30,16 +30,6 @@ GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
 MANIFEST = "manifest.json"  # under .git/harness/: the tree before the attempt, path by path
 BACKUP = "backup"  # under .git/harness/: the raw bytes of every tracked file the patches touch
 UNVERIFIED = "revert-unverified"  # journal state: its agent reverted and the tree still differs
-
-
-def git_reason(stderr: str) -> str:
-    """Git's own reason for a failure, for the message's first line (the one progress and summaries show):
-    its first `error:` line (`patch failed: path:12`), else its first non-empty line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("error:"):
-            return line[len("error:"):].strip()
-    return lines[0] if lines else "git gave no reason"
 
 
 class Git:

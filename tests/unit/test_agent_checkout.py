@@ -13,6 +13,7 @@ import pytest
 from harness.agent.attempt import Attempt
 from harness.agent.history import read_history
 from harness.agent.serve import serve
+from harness.agent.tree import Git
 from harness.common.outcome import HistoryRequest
 from tests.conftest import tree_snapshot
 from tests.unit.test_agent_journal import hand_to_watchdog, watchdog_report
@@ -74,10 +75,16 @@ def test_the_commit_is_checked_out_under_the_patches_and_head_is_put_back_on_its
         seen["later"] = (repo / "pkg" / "later.py").exists()
         seen["journal"] = json.loads(journal_path(repo).read_text())["checkout"]
 
+    def checked_out() -> None:  # between the checkout and the patches: the journal already says where HEAD was
+        journal = json.loads(journal_path(repo).read_text())
+        seen["before patches"] = (journal["state"], journal["restore"], journal["base_commit"],
+                                  len(journal["tree_before"]), git(repo, "rev-parse", "HEAD").strip())
+
     result = Attempt(checkout_spec(repo, tmp_path, "HEAD~2", [server_patch(repo, base)]),
-                     RecordingLink({"compile": look})).run()
+                     RecordingLink({"patch": checked_out, "compile": look})).run()
 
     assert result.status == "ok", result.error
+    assert seen.pop("before patches") == ("checkout", [], base, 64, base)
     assert result.preflight.base_commit == base  # the record says which commit was measured
     assert seen == {"head": base, "detached": True, "server": "def serve():\n    return 'patched'\n",
                     "later": False, "journal": {"commit": base, "head": head_before[0], "branch": head_before[1]}}
@@ -137,6 +144,63 @@ def test_a_branch_that_moved_meanwhile_makes_the_revert_unverified_naming_head(r
     assert result.revert.verified is False and result.status == "infra-error"
     assert any(d.startswith("HEAD: ") and branch in d for d in result.revert.diff), result.revert.diff
     assert journal_path(repo).exists()  # kept: the next preflight refuses this tree
+
+
+def test_head_that_cannot_be_checked_out_again_is_named_and_the_journal_kept(repo, tmp_path):
+    """Something put a file where HEAD's commit has one (pkg/later.py is new after the base commit): git refuses
+    to check HEAD out over it, and the revert says so — what failed, and where HEAD is instead."""
+    head, branch, _ = head_state(repo)
+    base = base_of(repo)
+    link = RecordingLink({"compile": lambda: (repo / "pkg" / "later.py").write_text("a stray file\n")})
+    result = Attempt(checkout_spec(repo, tmp_path, "HEAD~2"), link).run()
+    assert result.revert.verified is False and result.status == "infra-error"
+    failed, where = result.revert.diff[:2]
+    assert failed == (f"HEAD: git checkout {head[:12]} failed: The following untracked working tree files would be "
+                      "overwritten by checkout:")
+    assert where == f"HEAD: {base[:12]} (detached), was {head[:12]} {branch}"
+    assert journal_path(repo).exists()
+
+
+def test_a_branch_head_cannot_point_at_again_is_named(repo, tmp_path):
+    killed_after_checkout(repo, tmp_path, [])
+    journal = json.loads(journal_path(repo).read_text())
+    journal["checkout"]["branch"] = "not-a-ref"  # git points HEAD only inside refs/
+    journal_path(repo).write_text(json.dumps(journal))
+    result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescuer"), RecordingLink()).recover()
+    head = journal["checkout"]["head"][:12]
+    assert result.status == "preflight-failed" and result.recovered.revert.verified is False
+    assert result.recovered.revert.diff[:2] == [
+        "HEAD: cannot put it back on not-a-ref: fatal: Refusing to point HEAD outside of refs/",
+        f"HEAD: {head} (detached), was {head} not-a-ref"]
+
+
+def test_an_agent_killed_right_after_git_apply_at_another_commit_is_recovered(repo, tmp_path):
+    """The checkout's journal gets the patches' paths before git apply writes a byte: a recovery restores them, then
+    HEAD."""
+    class KilledHere(BaseException):
+        pass
+
+    class DiesRightAfterGitApply(Git):
+        def __call__(self, *args, **kw):
+            p = super().__call__(*args, **kw)
+            if args[0] == "apply" and "--check" not in args and "--numstat" not in args:
+                raise KilledHere()
+            return p
+
+    before, head_before, base = tree_snapshot(repo), head_state(repo), base_of(repo)
+    dying = Attempt(checkout_spec(repo, tmp_path, "HEAD~2", [server_patch(repo, base)], attempt_id="killed"),
+                    RecordingLink())
+    dying.take_lock()
+    plan = dying.preflight()
+    dying.tree.git = DiesRightAfterGitApply(dying.repo)
+    with pytest.raises(KilledHere):
+        dying.apply(plan)
+    dying.release_lock()
+    journal = json.loads(journal_path(repo).read_text())
+    assert (journal["state"], journal["restore"]) == ("applying", ["pkg/server.py"])
+    result = Attempt(spec_for(repo, tmp_path, [], attempt_id="rescuer"), RecordingLink()).recover()
+    assert result.status == "ok" and result.recovered.revert.verified is True
+    assert head_state(repo) == head_before and tree_snapshot(repo) == before
 
 
 def killed_after_checkout(repo: Path, tmp_path: Path, patches: list[str]) -> None:
