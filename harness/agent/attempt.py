@@ -291,7 +291,8 @@ class Attempt:
         refuse_changes(self.tree.git, self.spec.allow_dirty)
         commit = resolve_commit(self.tree.git, ref)
         head, branch = current_ref(self.tree.git)
-        self.journal = self.tree.new_journal(self.spec.run_id, self.spec.attempt_id, self.marker, commit, [],
+        untracked = sorted(self.tree.git.status_entries())  # allow-listed: the user's, never the patches'
+        self.journal = self.tree.new_journal(self.spec.run_id, self.spec.attempt_id, self.marker, commit, untracked,
                                              {"restore": [], "delete": [], "created_dirs": []})
         self.journal.checkout, self.journal.state = JournalCheckout(commit=commit, head=head, branch=branch), "checkout"
         self.tree.begin(self.journal)
@@ -343,7 +344,7 @@ class Attempt:
         else:  # the checkout's journal (its tree as found kept): the patches' paths join it
             j = self.journal
             j.restore, j.delete, j.created_dirs = plan["restore"], plan["delete"], plan["created_dirs"]
-            j.state = "applying"
+            j.dirty_before, j.state = plan["dirty_before"], "applying"
         self.tree.apply(self.journal, plan)
         self.result.patch.changed_paths = ChangedPaths(restore=self.journal.restore, delete=self.journal.delete)
 

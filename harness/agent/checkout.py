@@ -51,7 +51,7 @@ def refuse_changes(git: GitRunner, allow: Sequence[str]) -> None:
 
 def current_ref(git: GitRunner) -> tuple[str, Optional[str]]:
     """(HEAD's commit, the ref HEAD is on — None when detached)."""
-    head = git.out("rev-parse", "--verify", "HEAD").strip()
+    head = git.out("rev-parse", "HEAD").strip()
     branch = git.out("symbolic-ref", "-q", "HEAD", check=False).strip()  # nothing when detached
     return head, branch or None
 

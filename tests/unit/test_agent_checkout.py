@@ -19,7 +19,6 @@ from tests.conftest import tree_snapshot
 from tests.unit.test_agent_journal import hand_to_watchdog, watchdog_report
 from tests.unit.test_agent_tree import (
     RecordingLink,
-    commit,
     diff_of,
     git,
     journal_path,
@@ -30,13 +29,20 @@ from tests.unit.test_agent_tree import (
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    """make_repo's tree (base), then two commits on main: one changes pkg/server.py, one adds pkg/later.py."""
+    """make_repo's tree (base; the user's untracked notes.txt beside it, which the allow-list covers), then two
+    commits on its branch: one changes pkg/server.py, one adds pkg/later.py."""
     r = make_repo(tmp_path)
     (r / "pkg" / "server.py").write_text("def serve():\n    return 'second'\n")
-    commit(r, "second: serve says so")
+    commit_only(r, "pkg/server.py", "second: serve says so")
     (r / "pkg" / "later.py").write_text("LATER = True\n")
-    commit(r, "third: a later module")
+    commit_only(r, "pkg/later.py", "third: a later module")
+    assert git(r, "status", "--porcelain") == "?? notes.txt\n"
     return r
+
+
+def commit_only(repo: Path, path: str, message: str) -> None:
+    git(repo, "add", path)
+    git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", message)
 
 
 def head_state(repo: Path) -> tuple[str, str, str]:
@@ -77,14 +83,17 @@ def test_the_commit_is_checked_out_under_the_patches_and_head_is_put_back_on_its
 
     def checked_out() -> None:  # between the checkout and the patches: the journal already says where HEAD was
         journal = json.loads(journal_path(repo).read_text())
-        seen["before patches"] = (journal["state"], journal["restore"], journal["base_commit"],
+        seen["before patches"] = (journal["run_id"], journal["attempt_id"], journal["marker"], journal["state"],
+                                  journal["restore"], journal["dirty_before"], journal["base_commit"],
                                   len(journal["tree_before"]), git(repo, "rev-parse", "HEAD").strip())
 
     result = Attempt(checkout_spec(repo, tmp_path, "HEAD~2", [server_patch(repo, base)]),
                      RecordingLink({"patch": checked_out, "compile": look})).run()
 
     assert result.status == "ok", result.error
-    assert seen.pop("before patches") == ("checkout", [], base, 64, base)
+    # the user's untracked notes.txt is no file of the patches': whatever they leave untracked is (the revert
+    # deletes those), so the journal names it as there before
+    assert seen.pop("before patches") == ("r1", "a1", "r1/a1", "checkout", [], ["notes.txt"], base, 64, base)
     assert result.preflight.base_commit == base  # the record says which commit was measured
     assert seen == {"head": base, "detached": True, "server": "def serve():\n    return 'patched'\n",
                     "later": False, "journal": {"commit": base, "head": head_before[0], "branch": head_before[1]}}
@@ -95,6 +104,7 @@ def test_the_commit_is_checked_out_under_the_patches_and_head_is_put_back_on_its
 
 def test_a_detached_head_is_put_back_detached(repo, tmp_path):
     git(repo, "checkout", "-q", "--detach", "HEAD~1")
+    git(repo, "branch", git(repo, "rev-parse", "HEAD").strip())  # a branch named like the commit: still detached
     before, head_before = tree_snapshot(repo), head_state(repo)
     result = Attempt(checkout_spec(repo, tmp_path, "HEAD~1"), RecordingLink()).run()
     assert result.status == "ok", result.error
@@ -146,9 +156,12 @@ def test_a_branch_that_moved_meanwhile_makes_the_revert_unverified_naming_head(r
     assert journal_path(repo).exists()  # kept: the next preflight refuses this tree
 
 
-def test_head_that_cannot_be_checked_out_again_is_named_and_the_journal_kept(repo, tmp_path):
+@pytest.mark.parametrize("detached", [False, True])
+def test_head_that_cannot_be_checked_out_again_is_named_and_the_journal_kept(repo, tmp_path, detached):
     """Something put a file where HEAD's commit has one (pkg/later.py is new after the base commit): git refuses
     to check HEAD out over it, and the revert says so — what failed, and where HEAD is instead."""
+    if detached:
+        git(repo, "checkout", "-q", "--detach")
     head, branch, _ = head_state(repo)
     base = base_of(repo)
     link = RecordingLink({"compile": lambda: (repo / "pkg" / "later.py").write_text("a stray file\n")})
@@ -157,7 +170,7 @@ def test_head_that_cannot_be_checked_out_again_is_named_and_the_journal_kept(rep
     failed, where = result.revert.diff[:2]
     assert failed == (f"HEAD: git checkout {head[:12]} failed: The following untracked working tree files would be "
                       "overwritten by checkout:")
-    assert where == f"HEAD: {base[:12]} (detached), was {head[:12]} {branch}"
+    assert where == f"HEAD: {base[:12]} (detached), was {head[:12]} {branch or '(detached)'}"
     assert journal_path(repo).exists()
 
 
