@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..common.protocol import BenchCase, BenchResult, BenchStarted, CaseFacts, Final, Spec, Status
+from ..common.protocol import BenchCase, BenchResult, BenchStarted, CaseFacts, Final, PrefillTokens, Spec, Status
 from .errors import StageFailed
 from .gpu import gpu_state
 from .hostio import fill_slots, read_jsonl, read_tail
@@ -52,6 +52,7 @@ class Load:
         self.cases: dict[str, CaseFacts] = {}
         self.runs: list[tuple[BenchCase, int]] = []
         self.started_at = 0.0
+        self.prefill_at: Optional[list[int]] = None
 
     def bench(self) -> float:
         """Every case: its warm-up, then `repeats` runs; returns the seconds it took."""
@@ -76,8 +77,10 @@ class Load:
     def output_of(self, case: BenchCase, rep: int = 0) -> str:
         return os.path.join(self.attempt_dir, "bench-%s%s.jsonl" % (case.name, ".warmup" if rep == WARMUP else ""))
 
-    def argv_of(self, case: BenchCase, rep: int) -> list[Any]:
-        return case.argv_for(rep == WARMUP)
+    def run_argv(self, case: BenchCase, rep: int) -> list[str]:
+        """One run's command line: the port and its prompts' seed filled in (no --output-file yet)."""
+        seed = case.warmup_seed if rep == WARMUP else case.seeds[rep] if case.seeds else None
+        return fill_slots(case.argv_for(rep == WARMUP), self.spec.server.port, seed)
 
     def log_of(self, case: BenchCase, rep: int = 0) -> str:
         return os.path.join(self.attempt_dir, "bench-%s%s.log" % (case.name, ".warmup" if rep == WARMUP else ""))
@@ -86,7 +89,9 @@ class Load:
         """A run starts: the case's first samples the GPUs; a measured one is announced."""
         self.started_at = time.monotonic()
         if rep == self.reps(case)[0]:
-            self.cases[case.name].gpu_start = gpu_state(self.env)
+            facts = self.cases[case.name]
+            facts.gpu_start = gpu_state(self.env)
+            facts.prefix_cache, facts.seeds, facts.warmup_seed = case.prefix_cache, case.seeds, case.warmup_seed
         if rep == WARMUP:  # named now: a warm-up that fails is fetched (its log says why) as a case's run is
             self.cases[case.name].warmup_file = self.output_of(case, rep)
         else:
@@ -103,6 +108,7 @@ class Load:
             raise StageFailed(Status.BENCH_FAILED, "%s wrote no result line to its --output-file:\n%s"
                               % (what, read_tail(self.log_of(case, rep), 3000)))
         facts = self.cases[case.name]
+        self.note_prefill(facts, rep)
         if rep == WARMUP:
             facts.warmup = True
             facts.warmup_s = _number(new.get("duration")) or round(time.monotonic() - self.started_at, 4)
@@ -111,6 +117,27 @@ class Load:
             self.link.send(BenchResult(case=case.name, repeat=rep, result=new))
         if rep == self.reps(case)[-1]:
             facts.gpu_end = gpu_state(self.env)
+
+    def mark_prefill(self) -> None:
+        """A run is about to start: what the server's log said of prefills so far is its starting point."""
+        self.prefill_at = self.prefill_so_far()
+
+    def prefill_so_far(self) -> Optional[list[int]]:
+        """The server log's prefill counts so far (tokens computed, cached, lines), read up to now."""
+        log = self.server.log
+        if log is None or log.prefill_re is None:
+            return None
+        log.poll()
+        return list(log.prefill)
+
+    def note_prefill(self, facts: CaseFacts, rep: int) -> None:
+        """What the server's prefills took from its prefix cache while this run ran (its log lines since it
+        started: every request of the run has been prefilled by the time its result is written)."""
+        now, before = self.prefill_so_far(), self.prefill_at
+        if now is None or before is None:
+            return
+        new, cached, batches = (a - b for a, b in zip(now, before))
+        facts.prefill = (facts.prefill or []) + [PrefillTokens(repeat=rep, new=new, cached=cached, batches=batches)]
 
     def reps(self, case: BenchCase) -> list[int]:
         return [rep for c, rep in self.runs if c.name == case.name]
@@ -144,17 +171,20 @@ class Load:
 
     def _run_case(self, case: BenchCase, rep: int) -> None:
         out = self.output_of(case, rep)
-        argv = fill_slots(self.argv_of(case, rep), self.spec.server.port) + ["--output-file", out]
+        argv = self.run_argv(case, rep) + ["--output-file", out]
+        self.mark_prefill()
         self.started(case, rep)
         lines_before = len(read_jsonl(out))
         returncode = self.run_client(case.name, argv, self.log_of(case, rep))
         new = read_jsonl(out)[lines_before:]
         self.result_of(case, rep, returncode, new[-1] if new else None)
 
-    def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen[bytes]:
-        """A benchmark client in its own session (so it can be ended as a group), output into `log_path`."""
+    def spawn_client(self, argv: list[str], log_path: str, stdin_pipe: bool = False) -> subprocess.Popen[bytes]:
+        """A benchmark client in its own session (so it can be ended as a group), output into `log_path`; its
+        stdin a pipe to it when asked (the one process waits there between runs), else nothing."""
         with open(log_path, "ab") as logf:
-            proc = subprocess.Popen(argv, cwd=self.attempt_dir, env=self.env, stdin=subprocess.DEVNULL, stdout=logf,
+            proc = subprocess.Popen(argv, cwd=self.attempt_dir, env=self.env,
+                                    stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, stdout=logf,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         STARTED.add(proc.pid)
         return proc

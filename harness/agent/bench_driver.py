@@ -15,7 +15,8 @@ PLAN.json: {"status": path, "runs": [{"module": "sglang.bench_serving", "args": 
 "output": path}, ...]}. For each run the driver appends to `status` one JSON line when it starts and one when it
 ends: {"event": "start", "index": i} and {"event": "end", "index": i, "rc": code, "result": the last JSON line
 the run added to its --output-file, or null}. It stops after a run that fails (rc != 0): the agent reports that
-case as failed.
+case as failed. Between runs it waits for a line on stdin (the agent's "go", once it has read the server's log
+up to the end of the run: each run's prefix-cache counts stay its own); stdin at its end lets it go on.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def main(plan_path: str) -> int:
         emit(status, {"event": "end", "index": i, "rc": rc, "result": new[-1] if new else None})
         if rc != 0:
             return 1
+        if i + 1 < len(plan["runs"]):
+            sys.stdin.readline()  # the agent's "go": it has read what the server logged during this run
     return 0
 
 

@@ -62,9 +62,21 @@ def read_tail(path: str, nbytes: int) -> str:
         return ""
 
 
-def fill_slots(argv: Sequence[Union[str, dict[str, str]]], port: Union[int, str]) -> list[str]:
-    """Replace the controller's {"slot": "port"} placeholders with the port chosen on the host."""
-    return [str(port) if isinstance(a, dict) and a.get("slot") == "port" else str(a) for a in argv]
+def fill_slots(argv: Sequence[Union[str, dict[str, str]]], port: Union[int, str],
+               seed: Optional[int] = None) -> list[str]:
+    """Replace the controller's placeholders: {"slot": "port"} with the port chosen on the host, {"slot": "seed"}
+    with the run's prompt seed. A slot left without its value is an error, never a literal dict in an argv."""
+    values = {"port": str(port), "seed": None if seed is None else str(seed)}
+    out = []
+    for a in argv:
+        if isinstance(a, dict):
+            value = values.get(a.get("slot", ""))
+            if value is None:
+                raise ValueError("no value for the argv slot %r" % (a,))
+            out.append(value)
+        else:
+            out.append(str(a))
+    return out
 
 
 def connectable_host(host: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Optional, Protocol
 
 from ..common.protocol import BenchCase, Spec, Status
 from .errors import StageFailed
-from .hostio import fill_slots, read_jsonl, read_tail
+from .hostio import read_jsonl, read_tail
 from .link import Link
 from .procs import TICK_S, kill_group
 from .server import Server
@@ -43,8 +43,9 @@ class Load(Protocol):
     attempt_dir: str
     check_abort: Callable[[], None]
 
-    def spawn_client(self, argv: list[str], log_path: str) -> subprocess.Popen[bytes]: ...
-    def argv_of(self, case: BenchCase, rep: int) -> list[Any]: ...
+    def spawn_client(self, argv: list[str], log_path: str, stdin_pipe: bool = False) -> subprocess.Popen[bytes]: ...
+    def mark_prefill(self) -> None: ...
+    def run_argv(self, case: BenchCase, rep: int) -> list[str]: ...
     def log_of(self, case: BenchCase, rep: int = 0) -> str: ...
     def output_of(self, case: BenchCase, rep: int = 0) -> str: ...
     def started(self, case: BenchCase, rep: int) -> None: ...
@@ -69,25 +70,40 @@ class OneProcess:
         with open(self.driver, "wb") as f:
             f.write(source)
         open(self.status, "w").close()
-        port = self.load.spec.server.port
         runs = [{"module": str(case.argv[2]), "log": self.load.log_of(case, rep),
                  "output": self.load.output_of(case, rep),
-                 "args": fill_slots(self.load.argv_of(case, rep)[3:], port)
-                 + ["--output-file", self.load.output_of(case, rep)]}
+                 "args": self.load.run_argv(case, rep)[3:] + ["--output-file", self.load.output_of(case, rep)]}
                 for case, rep in self.runs]
         with open(self.plan, "w") as f:
             json.dump({"status": self.status, "runs": runs}, f)
         return [str(self.runs[0][0].argv[0]), self.driver, self.plan]
 
     def run(self) -> None:
-        proc = self.load.spawn_client(self._write_plan(), self.log)
+        self.load.mark_prefill()
+        proc = self.load.spawn_client(self._write_plan(), self.log, stdin_pipe=True)
         try:
             self._follow(proc)
         finally:
             if proc.poll() is None:
                 kill_group(proc.pid, signal.SIGKILL)
                 proc.wait()
+            if proc.stdin is not None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
         self.load.server.watch("serving")
+
+    @staticmethod
+    def _go(proc: subprocess.Popen[bytes]) -> None:
+        """Let the driver start its next run: it waits for this line, so what the server logs from here on is
+        that run's (the prefix-cache counts of each run stay apart)."""
+        try:
+            if proc.stdin is not None:
+                proc.stdin.write(b"go\n")
+                proc.stdin.flush()
+        except OSError:  # the driver is gone: its exit is noticed by the loop
+            pass
 
     def _follow(self, proc: subprocess.Popen[bytes]) -> None:
         load, seen, ended = self.load, 0, 0
@@ -107,6 +123,8 @@ class OneProcess:
                     result: Any = event.get("result")
                     load.result_of(case, rep, int(event.get("rc", 1)), result if isinstance(result, dict) else None)
                     ended += 1
+                    load.mark_prefill()
+                    self._go(proc)
             if ended == len(self.runs):
                 return
             if exited:

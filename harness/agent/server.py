@@ -32,8 +32,10 @@ class LogFollower:
     fatal-pattern and ready-pattern matches, and the time of the last growth (for the hang timer)."""
 
     def __init__(self, path: str, fatal_patterns: list[str], ready_pattern: str,
-                 prefix_pattern: Optional[str] = None) -> None:
+                 prefix_pattern: Optional[str] = None, prefill_pattern: Optional[str] = None) -> None:
         self.path = path
+        self.prefill_re = re.compile(prefill_pattern) if prefill_pattern else None
+        self.prefill = [0, 0, 0]  # what every prefill line so far said: tokens computed, tokens cached, lines
         self.fatal = [re.compile(p) for p in fatal_patterns]
         self.prefix = re.compile(prefix_pattern) if prefix_pattern else None
         self.ready = re.compile(ready_pattern)
@@ -84,6 +86,11 @@ class LogFollower:
             self.first_fatal = (time.monotonic(), text)
         if not self.ready_seen and self.ready.search(text):
             self.ready_seen = True
+        m = self.prefill_re.search(message) if self.prefill_re else None
+        if m:
+            self.prefill[0] += int(m.group("new"))
+            self.prefill[1] += int(m.group("cached"))
+            self.prefill[2] += 1
         for name, pattern in self._expected.items():
             if name not in self.marks and pattern.search(message):
                 self.marks[name] = (time.monotonic(), text)
@@ -197,7 +204,7 @@ class Server:
         self.facts.server.pid = self.proc.pid
         self.link.send(Launched(pid=self.proc.pid, log=self.log_path))
         self.log = LogFollower(self.log_path, self.spec.fatal_patterns, self.spec.ready_pattern,
-                               self.spec.line_prefix_pattern)
+                               self.spec.line_prefix_pattern, self.spec.prefill_pattern)
         proc = self.proc
 
         def wait_exit() -> None:

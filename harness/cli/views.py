@@ -16,7 +16,7 @@ from ..common.protocol import Status
 from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import answers, compare, families, outliers, plots
+from ..results import answers, compare, families, outliers, plots, tableformats
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
@@ -50,11 +50,11 @@ def show_comparison(out: Console, runs: list[tuple[ResultsStore, str]], *, basel
     if plot_file is not None:
         plots.plot(rows, metric, plot_file)
     if fmt == "markdown":
-        print(display_lines(compare.to_markdown(rows, metric)), end="")  # a host's words shown escaped
+        print(display_lines(tableformats.to_markdown(rows, metric)), end="")  # a host's words shown escaped
     elif fmt == "csv":
-        print(compare.to_csv(rows), end="")
+        print(tableformats.to_csv(rows), end="")
     elif fmt == "json":
-        print(compare.to_json(rows, metric))
+        print(tableformats.to_json(rows, metric))
     else:
         print_comparison(out, rows, metric, chosen=not (baseline or run_baseline))
         print_sparklines(out, runs, records, rows, metric)
@@ -292,7 +292,7 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
     # soft_wrap=False: wrapped by words at the console's width, even on a console that soft-wraps (the CLI's)
     out.print(Text(f"median ± CV: the median over the repeats ± their coefficient of variation (n repeats); "
                    f"vs base: {compare.SIGNIFICANCE_LEGEND}; [n]: a note below"
-                   + ("; answers: ✓/✗ the answer check against the baseline's (same tokens %, largest Δ logprob)"
+                   + ("; " + answers.LEGEND
                       if any(r.answers for r in rows) else "")), soft_wrap=False)
     notes = _footnotes(rows)
     for r in rows:

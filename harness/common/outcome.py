@@ -1,6 +1,6 @@
 """How an attempt ended, in typed parts: the status, and what the agent learned at each stage — the pieces
 the final report (`protocol.Final`) is made of, and the journal and reports the agent keeps on the host (and
-the history a bisect asks for, with its answer).
+what the service modes gc and history are asked, with their answers).
 
 Standard library only: it ships inside the agent's zipapp (Python >= 3.8 on the host).
 """
@@ -263,13 +263,31 @@ class GpuState(Message):
 
 
 @dataclass
+class PrefillTokens(Message):
+    """What the server's prefills took from its prefix cache during one run of a case (its `Prefill batch`
+    log lines while the run ran, bench_serving's own warm-up request included): tokens computed, tokens found
+    cached, and the lines counted."""
+
+    repeat: int = 0  # 0-based; -1: the case's warm-up
+    new: int = 0
+    cached: int = 0
+    batches: int = 0
+
+
+@dataclass
 class CaseFacts(Message):
     """What a bench case's measured repeats ran after and between: its warm-up pass (same shape, kept apart
-    from the metrics), the cool-downs waited and the GPUs' state at its start and end (None: no nvidia-smi)."""
+    from the metrics), the cool-downs waited and the GPUs' state at its start and end (None: no nvidia-smi),
+    what each run asked of the prefix cache and what the server's log says it got."""
 
-    NESTED: ClassVar[Nested] = {"gpu_start": (GpuState, True), "gpu_end": (GpuState, True)}
+    NESTED: ClassVar[Nested] = {"gpu_start": (GpuState, True), "gpu_end": (GpuState, True),
+                                "prefill": (PrefillTokens, True)}
 
     name: str = ""
+    prefix_cache: Optional[str] = None  # "cold": new prompts each repeat, cache flushed; "hit": primed, reused
+    seeds: Optional[list[int]] = None  # the prompts' seed of each measured repeat
+    warmup_seed: Optional[int] = None
+    prefill: Optional[list[PrefillTokens]] = None  # per run (warm-up first), when the log shows prefills
     warmup: bool = False  # a warm-up pass ran (and ended) before the measured repeats
     warmup_s: Optional[float] = None  # its wall time
     warmup_median_ttft_ms: Optional[float] = None  # from its own result line (a compile shows here)
@@ -332,6 +350,16 @@ class GcReport(Message):
     dry_run: bool = True
     entries: list[GcEntry] = field(default_factory=list)
 
+
+
+@dataclass
+class GcRequest(Message):
+    """`harness gc`'s retention rule: attempt folders last written to more than `older_than_days` ago go, then
+    the oldest until the rest fit in `max_bytes`; never one in use. `dry_run`: remove nothing, say what."""
+
+    older_than_days: Optional[float] = None
+    max_bytes: Optional[int] = None
+    dry_run: bool = True
 
 
 @dataclass

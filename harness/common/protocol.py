@@ -25,6 +25,7 @@ from .outcome import (
     ChangedPaths,
     GcEntry,
     GcReport,
+    GcRequest,
     GpuClocks,
     GpuInfo,
     GpuState,
@@ -35,6 +36,7 @@ from .outcome import (
     LockHolder,
     LockState,
     PatchFacts,
+    PrefillTokens,
     PreflightFacts,
     RecoveryReport,
     RepoStatus,
@@ -49,9 +51,10 @@ from .wire import PROTOCOL, Message, Nested, ProtocolError
 __all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "CaseFacts",
            "ChangedPaths", "Cooldown", "Event", "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest",
            "GpuClocks", "GpuInfo", "GpuState", "HistoryReport", "HistoryRequest", "Journal", "JournalServer",
-           "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PreflightFacts",
-           "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus", "Requirements", "RevertReport",
-           "ServerFacts", "ServerSpec", "Spec", "StackFacts", "Status", "StopReport", "Timeouts", "decode", "encode"]
+           "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PrefillTokens",
+           "SEED_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus",
+           "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec", "StackFacts", "Status", "StopReport",
+           "Timeouts", "decode", "encode"]
 
 
 class Mode(str, Enum):
@@ -63,9 +66,9 @@ class Mode(str, Enum):
     HISTORY = "history"  # `harness bisect`: the commits from good to bad, and the tree's state
 
 
-# An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
-# never come out of a YAML string, so it cannot be forged by one.
-PORT_SLOT = {"slot": "port"}
+# Argv elements the agent fills in on the host: the port chosen there (`port: auto`), a bench run's prompt seed.
+# A dict can never come out of a YAML string, so it cannot be forged by one.
+PORT_SLOT, SEED_SLOT = {"slot": "port"}, {"slot": "seed"}
 ArgvItem = Union[str, Dict[str, str]]
 
 
@@ -85,9 +88,12 @@ class BenchCase(Message):
     name: str
     argv: list[ArgvItem]
     repeats: int = 1
-    # The discarded run before the measured repeats: the case's own arguments with one wave of prompts (its
-    # concurrency's worth); None: no warm-up. Only --num-prompts differs from `argv` (the secrets are argv's).
+    # The discarded run before the measured repeats: the case's own arguments with one wave of prompts (every
+    # prompt of a "hit" case, which it primes); None: no warm-up. Only --num-prompts differs from `argv`.
     warmup_argv: Optional[list[ArgvItem]] = None
+    seeds: Optional[list[int]] = None  # what fills SEED_SLOT: the measured repeats' seeds in order; the warm-up's
+    warmup_seed: Optional[int] = None
+    prefix_cache: Optional[str] = None  # "cold" | "hit" (the YAML's `prefix_cache`), kept in the case's facts
 
     def argv_for(self, warmup: bool) -> list[ArgvItem]:
         """The arguments of one run: the warm-up's, or the case's."""
@@ -170,16 +176,6 @@ class Timeouts(Message):
 
 
 @dataclass
-class GcRequest(Message):
-    """`harness gc`'s retention rule: attempt folders last written to more than `older_than_days` ago go, then
-    the oldest until the rest fit in `max_bytes`; never one in use. `dry_run`: remove nothing, say what."""
-
-    older_than_days: Optional[float] = None
-    max_bytes: Optional[int] = None
-    dry_run: bool = True
-
-
-@dataclass
 class Spec(Message):
     """Everything the agent needs for one attempt (or a status/recover/apply-revert service call)."""
 
@@ -208,6 +204,8 @@ class Spec(Message):
     fatal_patterns: list[str] = field(default_factory=list)
     ready_pattern: str = r"The server is fired up and ready to roll!"
     line_prefix_pattern: Optional[str] = None
+    # A server log line that says what a prefill took from the prefix cache: groups "new" and "cached" (tokens)
+    prefill_pattern: Optional[str] = None
     heartbeat_timeout_s: Optional[float] = 20.0
     alive_interval_s: float = 2.0
     lock_wait_s: float = 0.0

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from typing import Protocol, TypeAlias
 
+from ..common.protocol import PORT_SLOT, SEED_SLOT
 from .backends import Backend
 from .config import BenchCase, Experiment
 
-# An argv element the agent fills in on the host: the port chosen there when `port: auto`. A dict can
-# never come out of a YAML string, so it cannot be forged by one.
-PORT_SLOT = {"slot": "port"}
-
-Arg: TypeAlias = "str | dict[str, str]"  # a plain argument, or a slot the agent fills in (PORT_SLOT)
+Arg: TypeAlias = "str | dict[str, str]"  # a plain argument, or a slot the agent fills in (PORT_SLOT, SEED_SLOT)
+# A cold case's repeat r draws its prompts with seed + SEED_STRIDE * (r + 1), its warm-up with the case's own
+# seed: no two runs of a case share a prompt, and cases whose seeds differ by less than the stride share none.
+SEED_STRIDE = 1000
+FLUSH_CACHE = "--flush-cache"  # bench_serving: flush the server's cache after its warm-up request
 
 # Addresses a server listens on that a client cannot connect to as such ("every interface").
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -72,7 +73,7 @@ def bench_serving_argv(python: str, exp: Experiment, case: BenchCase) -> list[Ar
                        "--model", exp.model.path, "--dataset-name", case.dataset,
                        "--num-prompts", str(case.num_prompts),
                        "--random-input-len", str(case.input_len), "--random-output-len", str(case.output_len),
-                       "--seed", str(case.seed), "--disable-tqdm"]
+                       "--seed", SEED_SLOT, "--disable-tqdm"]
     if exp.model.tokenizer:
         argv += ["--tokenizer", exp.model.tokenizer]
     if case.dataset_path:
@@ -85,15 +86,26 @@ def bench_serving_argv(python: str, exp: Experiment, case: BenchCase) -> list[Ar
         argv += ["--request-rate", str(case.request_rate)]
     if case.warmup_requests is not None:
         argv += ["--warmup-requests", str(case.warmup_requests)]
+    if case.prefix_cache == "cold" and FLUSH_CACHE not in case.extra_args:
+        argv.append(FLUSH_CACHE)
     return argv + list(case.extra_args)
 
 
 def warmup_case(case: BenchCase) -> BenchCase:
-    """The case's warm-up: its arguments with one wave of prompts, as many as run at once (`max_concurrency`,
-    all of them without one). That reaches the case's batch size and lengths, so a first-use compile or graph
-    capture of its shape lands there; the rest of a full pass would only double the bench time."""
+    """The case's warm-up. Cold: its arguments with one wave of prompts, as many as run at once
+    (`max_concurrency`, all of them without one), drawn apart from the repeats' (`warmup_seed`): that reaches the
+    case's batch size and lengths, so a first-use compile or graph capture of its shape lands there, and caches
+    no prompt a repeat sends. Hit: every prompt of the case, which primes the cache each repeat then hits."""
     wave = min(case.num_prompts, case.max_concurrency or case.num_prompts)
-    return case.model_copy(update={"num_prompts": wave})
+    return case.model_copy(update={"num_prompts": case.num_prompts if case.prefix_cache == "hit" else wave})
+
+
+def repeat_seeds(case: BenchCase, repeats: int) -> list[int]:
+    """The prompts' seed of each measured repeat: the case's own for a hit case (the prompts its warm-up
+    primed), a new one per repeat for a cold case."""
+    if case.prefix_cache == "hit":
+        return [case.seed] * repeats
+    return [case.seed + SEED_STRIDE * (r + 1) for r in range(repeats)]
 
 
 def profile_case(exp: Experiment) -> BenchCase:
@@ -108,5 +120,6 @@ def profile_case(exp: Experiment) -> BenchCase:
 
 
 def profile_argv(python: str, exp: Experiment) -> list[Arg]:
-    """The benchmark client run as the load while the server records its profile."""
-    return bench_serving_argv(python, exp, profile_case(exp))
+    """The benchmark client run as the load while the server records its profile (the case's own seed)."""
+    case = profile_case(exp)
+    return [str(case.seed) if a == SEED_SLOT else a for a in bench_serving_argv(python, exp, case)]

@@ -11,25 +11,25 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from ..common.protocol import Cooldown as WireCooldown  # the agent's cool-down defaults
-from ..common.protocol import Timeouts as Wire  # the agent's timeouts, as the spec carries them
 from ..errors import ConfigError
+from .basecfg import Finite as Finite
+from .basecfg import Name as Name
+from .basecfg import Strict as Strict
+from .benchcfg import AnswersSettings as AnswersSettings
+from .benchcfg import BenchCase as BenchCase
+from .benchcfg import CooldownSettings as CooldownSettings
+from .benchcfg import ProfileSettings as ProfileSettings
+from .benchcfg import Timeouts as Timeouts
 from .configerrors import SAFE_NAME, config_error
 from .yamlsrc import YamlDoc, load_yaml
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-Name = Annotated[str, Field(pattern=SAFE_NAME)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]  # YAML's .inf and .nan are no number of seconds
 EnvMap = dict[Annotated[str, Field(pattern=ENV_NAME)], str]
 # GPU architectures as SGLang's hosts report them (compute capability 9.0 → sm90); the one list of them.
 Arch = Literal["sm80", "sm86", "sm89", "sm90", "sm100", "sm103", "sm110", "sm120", "sm121"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # --------------------------------------------------------------------------- hosts.yaml
@@ -186,92 +186,6 @@ class ServerSettings(Strict):
     extra_args: tuple[str, ...] = ()
     env: EnvMap = {}
 
-
-class BenchCase(Strict):
-    name: Name
-    client: Literal["bench_serving"] = "bench_serving"
-    dataset: str = "random-ids"
-    dataset_path: str | None = None
-    num_prompts: int = Field(16, ge=1)
-    input_len: int = Field(1024, ge=1)
-    output_len: int = Field(256, ge=1)
-    range_ratio: float | None = Field(None, ge=0, le=1)
-    max_concurrency: int | None = Field(None, ge=1)
-    request_rate: float | None = Field(None, gt=0)
-    seed: int = 1
-    warmup_requests: int | None = Field(None, ge=0)
-    extra_args: tuple[str, ...] = ()
-    repeats: int | None = Field(None, ge=1, description="runs of this case per attempt (default: the "
-                                                         "experiment's `repeats`)")
-    warmup: bool = Field(True, description="before its measured repeats, run one wave of the case (as many "
-                                           "prompts as `max_concurrency`, same lengths), discarded: a first-use "
-                                           "compile of its shape lands there")
-
-
-class CooldownSettings(Strict):
-    """A wait before every benchmark run but the attempt's first: `seconds`, then (with `until_settled`) until
-    the GPUs' SM clock and temperature settle (the last `window` samples within the tolerances), at most `max_s`."""
-
-    seconds: Finite = Field(0.0, ge=0)
-    until_settled: bool = False
-    max_s: Finite = Field(WireCooldown.max_s, gt=0)
-    interval_s: Finite = Field(WireCooldown.interval_s, gt=0)
-    window: int = Field(WireCooldown.window, ge=2)
-    sm_tolerance_mhz: Finite = Field(WireCooldown.sm_tolerance_mhz, ge=0)
-    temp_tolerance_c: Finite = Field(WireCooldown.temp_tolerance_c, ge=0)
-
-    @model_validator(mode="after")
-    def _something(self) -> CooldownSettings:
-        if not self.seconds and not self.until_settled:
-            raise ValueError("cooldown: give `seconds: N`, `until_settled: true`, or both")
-        return self
-
-
-class Timeouts(Strict):  # names and defaults are the agent's (Wire, the one list); the bounds are the YAML's
-    ready: Finite = Field(Wire.ready, gt=0, description="launch → ready, seconds")
-    no_progress: Finite = Field(Wire.no_progress, gt=0, description="log silent this long while not ready → hung")
-    bench: Finite = Field(Wire.bench, gt=0, description="per benchmark case run")
-    stop_grace: Finite = Field(Wire.stop_grace, ge=0, description="SIGTERM → SIGKILL")
-    fatal_grace: Finite = Field(Wire.fatal_grace, ge=0, description="fatal log line while alive → crash after this")
-    gpu_release: Finite = Field(Wire.gpu_release, ge=0, description="after stop: wait this long for GPU memory "
-                               "to be freed")
-
-
-class ProfileSettings(Strict):
-    """Capture a torch-profiler trace after the benchmark, under a short load from one bench case.
-
-    The profile starts at the first forward step after the load's warmup and records `steps` of them
-    (docs/reference/sglang-0.5.16-profiler.md says how SGLang does it)."""
-
-    steps: int = Field(5, ge=1, description="forward steps to record (SGLang's num_steps)")
-    case: Name | None = Field(None, description="the bench case that drives the load (default: the first)")
-    num_prompts: int | None = Field(None, ge=1, description="a shorter load than the case's own")
-    activities: tuple[Literal["CPU", "GPU", "MEM"], ...] = ("CPU", "GPU")
-    with_stack: bool = Field(False, description="Python stacks in the trace (SGLang's own default is on: its "
-                                                "Python tracer makes the trace, and the stop, far larger)")
-    record_shapes: bool = Field(False, description="operator input shapes in the trace")
-    timeout: float = Field(300.0, gt=0, description="seconds the whole profile stage may take (load, capture, "
-                                                     "trace files); a profile not done by then is a profile_error")
-
-
-class AnswersSettings(Strict):
-    """The answer check: fixed prompts (token ids drawn with `seed`, no tokenizer needed) sent greedy, with their
-    top logprobs, before the bench cases (twice with `prefix_hit`); `harness compare` judges them against the
-    baseline's
-    (docs/reading-the-table.md, "The answers column")."""
-
-    prompts: int = Field(16, ge=1, le=1024, description="how many prompts (one batched request)")
-    input_len: int = Field(128, ge=1, description="token ids per prompt")
-    output_len: int = Field(32, ge=1, description="tokens generated per prompt (greedy, ignore_eos)")
-    seed: int = Field(7, ge=0, description="draws the prompts' token ids: same seed, same prompts")
-    top_logprobs: int = Field(5, ge=1, le=100, description="top-K logprobs kept per output position")
-    prefix_hit: bool = Field(True, description="send the prompts a second time: each prefill is then a prefix-cache "
-                             "hit (a paged prefill over the cached rows), so that path is checked as well as decode")
-    vocab: int = Field(32000, ge=101, description="token ids are drawn from [100, vocab)")
-    max_dlogprob: Finite = Field(0.25, ge=0, description="largest |Δ logprob| of the chosen token (before a "
-                                "divergence) that still passes")
-    tie_margin: Finite = Field(0.1, ge=0, description="a divergence passes only as a near-tie: the reference's "
-                              "logprob of its own token minus that of the row's token at most this")
 
 
 class Experiment(Strict):

@@ -68,8 +68,12 @@ def _key_fields(exp: Experiment) -> dict[str, Any]:
             case.pop("repeats", None)
         if case.get("warmup") is True:  # the warm-up pass (issue 36), when it is the default
             case.pop("warmup", None)
+        if case.get("prefix_cache") == "cold":  # what each repeat meets in the cache (issue 43), likewise
+            case.pop("prefix_cache", None)
     if data.get("answers") is None:  # likewise the answer check
         data.pop("answers", None)
+    elif data["answers"].get("spread_bar") == 1.75:  # and its spread rule's bar (issue 44), when it is the default
+        data["answers"].pop("spread_bar", None)
     if data.get("bench_clients") == "one-process":  # and how the clients run, when it is the default
         data.pop("bench_clients", None)
     if data.get("cooldown") is None:  # and the cool-down, when there is none

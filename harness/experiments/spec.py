@@ -23,9 +23,10 @@ from ..common.protocol import (
     Spec,
     Timeouts,
 )
-from ..triage.signatures import FATAL_PATTERNS, LINE_PREFIX_PATTERN, READY_PATTERN
-from .commands import bench_serving_argv, profile_argv, profile_case, server_argv, warmup_case
+from ..triage.signatures import FATAL_PATTERNS, LINE_PREFIX_PATTERN, PREFILL_PATTERN, READY_PATTERN
+from .commands import bench_serving_argv, profile_argv, profile_case, repeat_seeds, server_argv, warmup_case
 from .config import AnswersSettings, Experiment, HostConfig
+from .config import BenchCase as CaseSettings
 from .patchsets import PatchSet
 from .resolve import Resolved
 
@@ -63,13 +64,12 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         files=[FileEntry(**f) for f in files],
         server=ServerSpec(argv=server_argv(host.python, r), env={**host.env, **exp.server.env},
                           host=exp.server.host, port=exp.server.port),
-        bench=[BenchCase(name=c.name, argv=bench_serving_argv(host.python, exp, c), repeats=c.repeats or exp.repeats,
-                         warmup_argv=bench_serving_argv(host.python, exp, warmup_case(c)) if c.warmup else None)
-               for c in exp.bench],
+        bench=[bench_case(host.python, exp, c) for c in exp.bench],
         timeouts=Timeouts(**exp.timeouts.model_dump()),
         fatal_patterns=list(FATAL_PATTERNS),
         ready_pattern=READY_PATTERN,
         line_prefix_pattern=LINE_PREFIX_PATTERN,
+        prefill_pattern=PREFILL_PATTERN,
         heartbeat_timeout_s=host.heartbeat_timeout,
         lock_wait_s=lock_wait_s,
         expect=exp.expect,
@@ -87,6 +87,16 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
             flashinfer_min=dict(r.backend.flashinfer_min) if r.backend and r.backend.flashinfer_min else None,
         ),
     )
+
+
+def bench_case(python: str, exp: Experiment, c: CaseSettings) -> BenchCase:
+    """One bench case as the agent runs it: its command line with the seed left to fill per run, each
+    measured repeat's seed, and its warm-up (one wave, or every prompt of a hit case)."""
+    repeats = c.repeats or exp.repeats
+    return BenchCase(name=c.name, argv=bench_serving_argv(python, exp, c), repeats=repeats,
+                     warmup_argv=bench_serving_argv(python, exp, warmup_case(c)) if c.warmup else None,
+                     seeds=repeat_seeds(c, repeats), warmup_seed=c.seed if c.warmup else None,
+                     prefix_cache=c.prefix_cache)
 
 
 def _profile_spec(python: str, exp: Experiment) -> dict[str, Any] | None:

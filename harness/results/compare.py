@@ -4,17 +4,13 @@ comparability called out. Rendering to table / markdown / csv / json lives here 
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.protocol import Status
-from ..safetext import display_line
 from ..triage.profile import kernel_label
 from . import outliers
 from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
@@ -29,14 +25,15 @@ NOISY_CV = 0.05
 # reach p < 0.05 at all (at best 2 / C(6, 3) = 0.1), so "not significant" would tell nothing; 4 against 4
 # can (2 / C(8, 4) = 0.029).
 MIN_SAMPLES = 4
-MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "n/a": ""}
+MARKERS = {"better": "▲", "worse": "▼", "same": "≈", "few": "?", "drift": "⚠", "n/a": ""}
 # What the marks mean, in the words of every legend (the terminal's, the markdown's, the page's, the docs'):
 # one wording, so no two places can disagree on which side of α "≈" is.
 SIGNIFICANT = f"two-sided Mann-Whitney test on the repeats, p < {ALPHA}"
 NOT_SIGNIFICANT = f"p ≥ {ALPHA}"
 INTERVAL_LEGEND = f"[low–high] the ratio's {100 - ALPHA * 100:.0f} % interval (Hodges–Lehmann)"
-SIGNIFICANCE_LEGEND = (f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples; "
-                       + INTERVAL_LEGEND)
+DRIFT_LEGEND = "⚠ a repeat drifted from the others (the notes say which and why): not judged"
+SIGNIFICANCE_LEGEND = (f"▲ better, ▼ worse ({SIGNIFICANT}), ≈ not significant ({NOT_SIGNIFICANT}), ? too few samples, "
+                       f"{DRIFT_LEGEND}; " + INTERVAL_LEGEND)
 
 
 @dataclass
@@ -47,7 +44,8 @@ class Cell:
     samples: list[float]
     ratio: float | None = None
     p_value: float | None = None
-    verdict: str = "n/a"  # better | worse | same | few | n/a
+    verdict: str = "n/a"  # better | worse | same | few | drift | n/a
+    drift: bool = False  # a repeat drifted from the others (outliers.drifted): the median mixes two things
     low: float | None = None  # the ratio's 95 % interval (significance.ratio_interval), where the test is made
     high: float | None = None
 
@@ -171,7 +169,11 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
                 for r, vs in per_rec for i, v in enumerate(vs, 1) if is_number(v)]
         samples = [v for v, _ in kept]
         row.cells[case] = cell = cell_of(samples)
-        row.outliers += outliers.find(case, samples, [o for _, o in kept])
+        shares = {(r.attempt, i): p.hit_share for r in ok if r.bench_cases and case in r.bench_cases
+                  for p in r.bench_cases[case].prefill or [] for i in [p.repeat + 1]}
+        found = outliers.find(case, samples, [o for _, o in kept], [shares.get((o.attempt, o.repeat)) for _, o in kept])
+        cell.drift = any(o.drift for o in found)
+        row.outliers += found
         row.notes += [o.note() for o in row.outliers if o.case == case]
         if cell.n and cell.cv is not None and cell.cv > NOISY_CV:
             row.notes.append(f"{case}: noisy (CV {cell.cv * 100:.1f}%)")
@@ -236,6 +238,9 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
             if diffs:
                 cell.verdict = "n/a"
                 continue
+            if cell.drift or bcell.drift:
+                cell.verdict = "drift"
+                continue
             if min(cell.n, bcell.n) < MIN_SAMPLES:
                 cell.verdict = "few"
                 continue
@@ -283,7 +288,7 @@ def cell_text(cell: Cell) -> str:
     if not cell.n:
         return "-"
     spread = f" ±{cell.cv * 100:.1f}%" if cell.cv is not None and cell.n > 1 else ""
-    return f"{_fmt(cell.median)}{spread} (n={cell.n})"
+    return f"{_fmt(cell.median)}{spread} (n={cell.n}){' ' + MARKERS['drift'] if cell.drift else ''}"
 
 
 def ratio_text(cell: Cell, is_baseline: bool, interval: bool = True) -> str:
@@ -358,40 +363,3 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
         line.append("; ".join(notes))
         out.append(line)
     return out
-
-
-def to_markdown(rows: list[Row], metric: str) -> str:
-    cols = columns(rows, metric)
-    lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
-             + SIGNIFICANCE_LEGEND
-             + ("; answers: ✓/✗ against the baseline's (same tokens, largest Δ logprob)" if "answers" in cols else ""),
-             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for line in table_rows(rows):
-        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in line) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(rows: list[Row]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    cases = sorted({c for r in rows for c in r.cells})
-    head = ["label", "experiment", "run_id", "backend", "gpu", "status", "category", "key_line", "attempts", "ok",
-            "as_expected"]
-    for c in cases:
-        head += [f"{c}.{k}" for k in ("median", "cv", "n", "ratio", "ratio_low", "ratio_high", "p_value", "verdict")]
-    w.writerow(head + ["answers", "top_op", "stack", "notes"])
-    for r in rows:
-        line: list[object] = [r.label, r.experiment, r.run_id, r.backend, r.gpu, r.status.value, r.category,
-                              r.key_line, r.attempts, r.ok, r.expected]
-        for c in cases:
-            cell = r.cells.get(c) or Cell(None, None, 0, [])
-            line += [cell.median, cell.cv, cell.n, cell.ratio, cell.low, cell.high, cell.p_value, cell.verdict]
-        # A spreadsheet or a terminal shows these: a host's words (GPU, op names) with their controls escaped.
-        w.writerow([display_line(x) if isinstance(x, str) else x
-                    for x in line + [r.answers, r.top_op, r.stack_id, "; ".join(r.notes)]])
-    return buf.getvalue()
-
-
-def to_json(rows: list[Row], metric: str) -> str:
-    return json.dumps({"metric": metric, "lower_is_better": lower_is_better(metric),
-                       "rows": [asdict(r) for r in rows]}, indent=1)

@@ -109,11 +109,14 @@ def judge(a: compare.Cell, b: compare.Cell, metric: str, comparable: bool = True
     """B's cell against A's, as the comparison table judges a row against its baseline: the ratio of the
     medians; "few" under MIN_SAMPLES a side; else the Mann-Whitney test on the samples: "same" at p >= ALPHA
     (or equal medians), else better or worse by the metric's direction. Not comparable: a ratio, no verdict."""
-    cell = compare.Cell(b.median, b.cv, b.n, b.samples)
+    cell = compare.Cell(b.median, b.cv, b.n, b.samples, drift=b.drift)
     if b.median is None or not a.median:
         return cell
     cell.ratio = b.median / a.median
     if not comparable:
+        return cell
+    if a.drift or b.drift:  # a repeat of one night measured something else: its median is no night's value
+        cell.verdict = "drift"
         return cell
     if min(a.n, b.n) < compare.MIN_SAMPLES:
         cell.verdict = "few"

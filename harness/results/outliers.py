@@ -1,6 +1,8 @@
-"""Outlier repeats (pure): which repeats of a row's bench case lie far from the others (a robust rule, never
-dropped from the median), what each is called in a note, and the likely cause its logs show: a JIT build,
-a CUDA graph capture, a batch shape run without a captured graph."""
+"""Outlier repeats (pure): which repeats of a row's bench case lie far from the others (a robust rule from 5
+repeats on; under 5, a drift rule that works from 3), what each is called in a note, and the likely cause: the
+prefix cache (the repeat's prefills found a share of their prompts cached unlike the others'), or what its logs
+show — a JIT build, a CUDA graph capture, a batch shape run without a captured graph. Never dropped from the
+median: the table marks a cell with a drifted repeat instead of judging it."""
 
 from __future__ import annotations
 
@@ -17,8 +19,18 @@ from dataclasses import dataclass
 K = 3.5
 MAD_SCALE = 1.4826
 FLOOR = 0.01
-# Under 5 repeats the median and the MAD are the outlier's own values too often: no flag at all.
+# Under 5 repeats the median and the MAD are the outlier's own values too often: the drift rule instead.
 MIN_REPEATS = 5
+# Drift (3 or 4 repeats): a repeat more than DRIFT off the median of the others, and more than DRIFT_AGREE
+# times the others' own range, measured something else (a cold first repeat among prefix-cache hits: 3-8x).
+# The floor keeps a loaded machine's 10-20 % wobble unflagged (the CV reports that as noise); the range rule
+# keeps scattered values unflagged (noise too, not one repeat gone astray).
+MIN_DRIFT_REPEATS = 3
+DRIFT = 0.25
+DRIFT_AGREE = 3.0
+# A repeat whose prefills found a share of their prompt tokens cached this far from the others' took its
+# time from another cache state.
+CACHE_GAP = 0.2
 
 
 @dataclass(frozen=True)
@@ -39,15 +51,20 @@ class Outlier:
     case: str
     origin: Origin
     value: float
-    median: float
+    median: float  # of all the values (an outlier), of the others (a drift)
     cause: str | None = None  # what the logs show about that repeat, when they show something
+    drift: bool = False  # found by the drift rule (3-4 repeats): the cell is not judged
+    cache_cause: str | None = None  # the prefix cache's part, when the prefill counts show one
 
     def note(self) -> str:
-        """'c8: outlier round 1 repeat 1 (4,900.0 vs median 270.0; a JIT build in its log)'."""
+        """'c8: outlier round 1 repeat 1 (4,900.0 vs median 270.0; a JIT build in its log)', or 'c8: drift
+        repeat 1 (150.0 vs 410.0 for the others; prefix cache: 0 % of its prompt tokens cached, the others 98 %)'."""
         where = f"round {self.origin.round} " if self.origin.round is not None else ""
-        cause = f"; {self.cause} in its log" if self.cause else ""
-        return f"{self.case}: outlier {where}repeat {self.origin.repeat} ({_num(self.value)} vs median " \
-               f"{_num(self.median)}{cause})"
+        causes = [c for c in (self.cache_cause, f"{self.cause} in its log" if self.cause else None) if c]
+        why = "; " + "; ".join(causes) if causes else ("; no cause in its logs" if self.drift else "")
+        against = f"vs {_num(self.median)} for the others" if self.drift else f"vs median {_num(self.median)}"
+        kind = "drift" if self.drift else "outlier"
+        return f"{self.case}: {kind} {where}repeat {self.origin.repeat} ({_num(self.value)} {against}{why})"
 
 
 def _num(v: float) -> str:
@@ -65,10 +82,48 @@ def flagged(values: Sequence[float]) -> list[int]:
     return [i for i, v in enumerate(values) if abs(v - med) > K * scale]
 
 
-def find(case: str, values: Sequence[float], origins: Sequence[Origin]) -> list[Outlier]:
-    """The outlier repeats of one row's case, each named by where it came from (`origins`, parallel to `values`)."""
-    med = statistics.median(values) if values else 0.0
-    return [Outlier(case, origins[i], values[i], med) for i in flagged(values)]
+def drifted(values: Sequence[float]) -> list[int]:
+    """The indices of the values the drift rule flags (3 or 4 values; none otherwise)."""
+    if not MIN_DRIFT_REPEATS <= len(values) < MIN_REPEATS:
+        return []
+    out = []
+    for i, v in enumerate(values):
+        others = list(values[:i]) + list(values[i + 1:])
+        med = statistics.median(others)
+        if med == 0:
+            continue
+        spread = (max(others) - min(others)) / abs(med)
+        if abs(v - med) / abs(med) > max(DRIFT, DRIFT_AGREE * spread):
+            out.append(i)
+    return out
+
+
+def find(case: str, values: Sequence[float], origins: Sequence[Origin],
+         cache_shares: Sequence[float | None] | None = None) -> list[Outlier]:
+    """The outlier (or drifted) repeats of one row's case, each named by where it came from (`origins`,
+    parallel to `values`), with the prefix cache as its cause where `cache_shares` (each repeat's share of
+    prompt tokens found cached, parallel too) set it apart."""
+    found = [Outlier(case, origins[i], values[i], statistics.median(values)) for i in flagged(values)]
+    for i in drifted(values):
+        others = list(values[:i]) + list(values[i + 1:])
+        found.append(Outlier(case, origins[i], values[i], statistics.median(others), drift=True))
+    index = {id(origins[i]): i for i in range(len(origins))}
+    for o in found:
+        o.cache_cause = cache_cause(list(cache_shares or []), index[id(o.origin)])
+    return found
+
+
+def cache_cause(shares: list[float | None], i: int) -> str | None:
+    """'prefix cache: 0 % of its prompt tokens cached, the others 98 %' when repeat i's share stands apart."""
+    if i >= len(shares) or shares[i] is None:
+        return None
+    others = [s for j, s in enumerate(shares) if j != i and s is not None]
+    if not others:
+        return None
+    mine, theirs = float(shares[i] or 0.0), statistics.median(others)
+    if abs(mine - theirs) < CACHE_GAP:
+        return None
+    return f"prefix cache: {mine * 100:.0f} % of its prompt tokens cached, the others {theirs * 100:.0f} %"
 
 
 # ============================================================================ causes in the logs
@@ -115,6 +170,6 @@ def attach_causes(found: list[Outlier], notes: list[str], read_log: Callable[[Or
     for o in found:
         before = o.note()
         text = read_log(o.origin, o.case)
-        o.cause = likely_cause(repeat_lines(text, o.origin.repeat, o.origin.of)) if text else None
+        o.cause = likely_cause(repeat_lines(text, o.origin.repeat, o.origin.of)) if text else o.cause
         if before in notes:
             notes[notes.index(before)] = o.note()

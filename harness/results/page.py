@@ -25,7 +25,7 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import compare, families, nights, outdir, stack, svgcharts
+from . import answers, compare, families, nights, outdir, stack, svgcharts
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
@@ -247,6 +247,8 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
         "metric": metric, "unit": unit, "lower": compare.lower_is_better(metric),
         "significant": compare.SIGNIFICANT, "not_significant": compare.NOT_SIGNIFICANT,
         "interval_legend": compare.INTERVAL_LEGEND,
+        "drift_legend": compare.DRIFT_LEGEND,
+        "answers_legend": answers.LEGEND,
         "noisy_cv": f"{compare.NOISY_CV * 100:.0f}%", "min_samples": compare.MIN_SAMPLES,
         "chosen_baseline": chosen_baseline,
         "attempts": len(records), "summary": summary(records),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -111,6 +111,9 @@ class AnswersStats(_Strict):
     positions: int | None = None
     mean_logprob: float | None = None  # of the chosen (greedy) tokens
     min_logprob: float | None = None
+    # its prefix-hit pass against its cold pass, the per-step spread (results/answers.py): as the reference, the
+    # noise its rows are measured in
+    yardstick: float | None = None
     error: DisplayText | None = None  # answers.json came but cannot be read
 
 
@@ -159,10 +162,30 @@ class GpuStateInfo(_Strict):
     memory_used_mib: int | None = None
 
 
+class PrefillInfo(_Strict):
+    """What the server's prefills took from its prefix cache during one run (protocol.PrefillTokens)."""
+
+    repeat: int  # 0-based; -1: the warm-up
+    new: int
+    cached: int
+    batches: int
+
+    @property
+    def hit_share(self) -> float | None:
+        """Cached tokens over all prompt tokens the run's prefills saw (None: it saw none)."""
+        total = self.new + self.cached
+        return self.cached / total if total else None
+
+
 class CaseRun(_Strict):
     """How a bench case was run (protocol.CaseFacts): its warm-up pass, kept apart from `metrics`; the
-    cool-downs before its runs; the GPUs at its start and end (absent: no nvidia-smi)."""
+    cool-downs before its runs; the GPUs at its start and end (absent: no nvidia-smi); what each run asked of
+    the prefix cache (`prefix_cache`, the prompts' seeds) and what the server's log says it got (`prefill`)."""
 
+    prefix_cache: Literal["cold", "hit"] | None = None  # absent: a record from before protocol 11
+    seeds: list[int] | None = None
+    warmup_seed: int | None = None
+    prefill: list[PrefillInfo] | None = None
     warmup: bool = False  # a warm-up pass of the case's shape ran before the measured repeats
     warmup_s: float | None = None  # its duration (bench_serving's own)
     warmup_median_ttft_ms: float | None = None  # a first-use compile shows here, not in the metrics

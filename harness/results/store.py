@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gzip
 import json
 import os
 import re
@@ -256,10 +257,14 @@ class ResultsStore:
         return by_key
 
     def read_answers(self, rec: Record) -> Any:
-        """The JSON of a record's answers.json (the answer check) beside it; ResultsError when it cannot be read."""
+        """The JSON of a record's answers.json (the answer check) beside it — or of its gzip'd copy, `answers.json.gz`,
+        as an archived run keeps it; ResultsError when it cannot be read."""
         name = rec.answers.file if rec.answers is not None else "answers.json"
         path = self.run_path(rec.run_id) / rec.experiment / rec.attempt / Path(name).name
+        packed = path.with_name(path.name + ".gz")
         try:
+            if not path.exists() and packed.exists():
+                return json.loads(gzip.decompress(packed.read_bytes()).decode("utf-8"))
             return json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ResultsError(f"cannot read {path}: {exc.strerror}") from None

@@ -233,4 +233,6 @@ def run_facts(rows: list[Row], records: list[Record]) -> dict[str, tuple[dict[st
             metrics += [Metric("answers.top1", float(v.top1)), Metric("answers.max_dlogprob", float(v.max_dlogprob)),
                         Metric("answers.diverged", float(v.diverged)), Metric("answers.bad", float(v.bad)),
                         Metric("answers.passed", 1.0 if v.passed else 0.0)]
+            metrics += [Metric(f"answers.{k}", float(x)) for k, x in (("spread", v.spread), ("yardstick", v.yardstick),
+                                                                       ("spread_ratio", v.ratio)) if x is not None]
     return out

@@ -1,7 +1,7 @@
 """What SGLang's log lines mean, as data (pure): the categories and phases a verdict names, the prefixes real
 logs put before a message, the lines that mean a server is going down, and the ranked signature table that
-harness.triage.classify reads a log with. The agent receives READY_PATTERN, LINE_PREFIX_PATTERN and FATAL_PATTERNS
-in its spec (harness.experiments.spec), so both halves read lines alike."""
+harness.triage.classify reads a log with. The agent receives READY_PATTERN, LINE_PREFIX_PATTERN, PREFILL_PATTERN and
+FATAL_PATTERNS in its spec (harness.experiments.spec), so both halves read lines alike."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ PHASES = ("args", "distributed-init", "load-weights", "kv-cache", "cuda-graph-ca
 
 READY_LINE = "The server is fired up and ready to roll!"
 READY_PATTERN = re.escape(READY_LINE)
+# The scheduler's line for each prefill batch (scheduler.log_prefill_stats): tokens computed and tokens the
+# prefix cache had, e.g. "Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 45, token usage: 0.00, …"
+PREFILL_PATTERN = r"Prefill batch[,.].*?#new-token: (?P<new>\d+), #cached-token: (?P<cached>\d+)"
 
 # What real logs put in front of SGLang's own message; removed repeatedly (a docker timestamp can
 # precede an SGLang prefix). The agent receives this pattern in its spec, so both read lines alike.

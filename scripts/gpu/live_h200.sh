@@ -26,7 +26,8 @@ export PYTHONPATH="$PWD:$SITE"   # the harness itself: pydantic and ijson from t
 
 save_results() {  # profile traces stay behind (tens of MB); live_pool.py keeps what it reads of them
   [ -d "$ROOT/results" ] && tar -czf "$OUT/results.tar.gz" --exclude='*.trace.json.gz' -C "$ROOT" results || true
-  save_jit_cache
+  [ "${SAVE_JIT:-1}" = 1 ] && save_jit_cache  # SAVE_JIT=0: the next call follows on the same warm machine
+  return 0
 }
 # The JIT caches a server start fills (FlashInfer's kernels, Triton's, Inductor's), for the next machine: bring
 # $OUT/jit-cache.tar.gz back as .jit-cache/jit-cache.tar.gz and carry it with the next install.
@@ -69,7 +70,7 @@ print((S(Path('$ROOT/results')).runs_of_sweep(Path('$sweep_file')) or [''])[-1])
     [ -n "${START_WITHIN:-}" ] && resume+=(--start-within "$START_WITHIN")
     set +e
     timeout "${2:-540}" python3 -m harness sweep "$sweep_file" --hosts "$hosts" \
-      --hosts-file "$ROOT/hosts.yaml" --results-dir "$ROOT/results" "${resume[@]}" 2>&1 | tee "$OUT/sweep.log"
+      --hosts-file "$ROOT/hosts.yaml" --results-dir "$ROOT/results" "${resume[@]}" 2>&1 | tee -a "$OUT/sweep.log"
     rc=${PIPESTATUS[0]}
     set -e
     case "$sweep_file" in

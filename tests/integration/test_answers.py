@@ -17,7 +17,7 @@ from harness.cli.views import comparison_rows
 from harness.experiments.config import HostConfig
 from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
-from harness.results import compare
+from harness.results import compare, tableformats
 from harness.results.metrics import OUTPUT_THROUGHPUT
 from harness.results.store import ResultsStore, new_run_id
 from harness.run.runfile import write_run_file
@@ -86,7 +86,7 @@ def test_compare_passes_stock_and_a_correct_patch_and_fails_a_wrong_kv_scale(tmp
     assert not drift["passed"] and drift["max_dlogprob"] > 0.25, drift
     assert rows["drift"]["answers"].startswith("✗ ")
     _, table_rows, _, _ = comparison_rows([(store, run_id)], baseline=None, metric=OUTPUT_THROUGHPUT)
-    md = compare.to_markdown(table_rows, OUTPUT_THROUGHPUT).splitlines()
+    md = tableformats.to_markdown(table_rows, OUTPUT_THROUGHPUT).splitlines()
     header = md[2].split(" | ")
     cells = {line.split(" | ")[0].strip("| "): line.split(" | ")[header.index("answers")] for line in md[4:]}
     assert cells == {"stock": "ref", "gather": "✓ 100% Δ0", "drift": rows["drift"]["answers"]}, md

@@ -1,5 +1,5 @@
-"""Issue 36's done-when, on the simulated target: its server builds a prefill kernel the first time a shape
-(the concurrency it sees, the input length's bucket) is used, as a JIT build does. A case's warm-up pass
+"""Issue 36's done-when, on the simulated target: its server builds a prefill kernel the first time a batch
+shape (the concurrency it sees) is used, as a JIT build does. A case's warm-up pass
 takes that build, so the measured repeats do not; with `warmup: false` the first measured repeat does.
 A cool-down between runs and the GPU state at each case's start and end land in the record."""
 
@@ -52,8 +52,10 @@ def run(tmp_path_factory):
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(yaml.safe_dump({"name": "warmup", "experiments": [
         experiment(tmp_path, "warm", [case("cold", 100, repeats=2, num_prompts=8),  # new: built in its warm-up
+                                      case("hit", 64, repeats=2, prefix_cache="hit", seed=5),  # primed, reused
                                       case("cold-again", 100, warmup=False),  # the same shape, built already
-                                      case("nowarm", 300, repeats=2, warmup=False)]),  # new, no warm-up
+                                      case("nowarm", 100, repeats=2, warmup=False, num_prompts=16,
+                                           max_concurrency=16)]),  # a new concurrency, no warm-up
         experiment(tmp_path, "paced", [case("short", 16, repeats=2)],
                    cooldown={"until_settled": True, "interval_s": 0.05, "window": 2, "max_s": 5})]}))
     store, run_id = ResultsStore(tmp_path / "results"), new_run_id()
@@ -64,6 +66,10 @@ def run(tmp_path_factory):
     assert {n: r.status for n, r in records.items()} == {"warm": "ok", "paced": "ok"}, \
         {n: r.error for n, r in records.items()}
     return records, store.run_dir(run_id)
+
+
+def records_of(run):
+    return run[0]
 
 
 def ttfts(record, name: str) -> list[float]:
@@ -96,7 +102,7 @@ def test_the_server_log_names_each_build_once_and_the_warmup_files_come_back(run
     builds = [line.split("Loading JIT ops: ")[1] for line in log.read_text().splitlines()
               if "flashinfer.jit: Loading JIT ops: " in line]
     assert builds and len(builds) == len(set(builds)), builds
-    assert any("_bs_8_len_128_" in b for b in builds) and any("_bs_8_len_512_" in b for b in builds)
+    assert any("_bs_8_" in b for b in builds) and any("_bs_16_" in b for b in builds)
     warmup = json.loads((log.parent / "bench-cold.warmup.jsonl").read_text().splitlines()[-1])
     measured = json.loads((log.parent / "bench-cold.jsonl").read_text().splitlines()[-1])
     assert (warmup["completed"], measured["completed"]) == (4, 8)  # one wave at its concurrency, not a pass
@@ -110,3 +116,20 @@ def test_gpu_state_and_cooldowns_are_kept_per_case(run):
     for state in (paced.gpu_start, paced.gpu_end):
         assert state and all(g.sm_mhz and g.temperature_c is not None and g.power_w is not None for g in state)
     assert records["warm"].bench_cases["cold"].cooldown_s is None  # no cool-down asked for: none waited
+
+
+def test_every_repeat_of_a_case_meets_the_prefix_cache_alike(run):
+    """Cold: each repeat draws prompts no earlier run sent (bench_serving's own warm-up request flushed), so no
+    repeat finds anything cached; hit: the warm-up sent every prompt, so the first repeat hits like the rest.
+    The counts are the server's own `#new-token` / `#cached-token` log lines during each run."""
+    rec = records_of(run)["warm"]
+    cold, hit = rec.bench_cases["cold"], rec.bench_cases["hit"]
+    assert cold.prefix_cache == "cold" and len(set(cold.seeds or [])) == 2 and cold.warmup_seed not in cold.seeds
+    measured = [p for p in cold.prefill or [] if p.repeat >= 0]
+    # (random prompts may share their first word or two with an earlier one: a chance prefix, not a cached prompt)
+    assert [p.repeat for p in measured] == [0, 1] and all(p.hit_share is not None and p.hit_share < 0.02 for p in measured), measured
+    assert hit.prefix_cache == "hit" and hit.seeds == [5, 5] and hit.warmup_seed == 5
+    shares = {p.repeat: p.hit_share for p in hit.prefill or []}
+    # the warm-up prefilled them from nothing (but its first prompt, which bench_serving's own warm-up request sent)
+    assert shares[-1] is not None and shares[-1] < 0.5
+    assert shares[0] is not None and shares[0] > 0.9 and shares[1] is not None and shares[1] > 0.9, shares

@@ -138,7 +138,7 @@ def test_the_table_cell_per_row_reference_and_no_reference():
     assert got == {"base": "ref", "same": "✓ 100% Δ0", "wrong": "✗ 87% Δ0 (1 bad)", "other": "≠ ref", "torn": "?",
                    "none": None}
     assert any("seed 8 vs 7" in n for n in notes["other"]) and notes["torn"] == ["answers: bad JSON"]
-    from harness.results.compare import to_csv
+    from harness.results.tableformats import to_csv
     from harness.results.page import table_context
 
     rows = build_rows(records, metric="output_throughput", baseline="base")
@@ -162,7 +162,7 @@ def test_answers_yaml_defaults_spec_and_errors_name_file_and_line(tmp_path):
     exp = load_experiment(f)
     assert exp.answers == AnswersSettings(prompts=3, input_len=5)
     a = exp.answers
-    assert a.output_len == 32 and a.top_logprobs == 5 and a.vocab == 32000 and a.max_dlogprob == 0.25
+    assert a.output_len == 32 and a.top_logprobs == 20 and a.vocab == 32000 and a.max_dlogprob == 0.25
     spec = answers_spec(a)
     assert len(spec.input_ids) == 3 and all(len(p) == 5 and all(100 <= t < 32000 for t in p) for p in spec.input_ids)
     assert answer_prompts(a) == spec.input_ids and answer_prompts(a.model_copy(update={"seed": 8})) != spec.input_ids

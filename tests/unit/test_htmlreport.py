@@ -17,6 +17,7 @@ from harness.errors import ConfigError
 from harness.results import compare as report
 from harness.results import outdir
 from harness.results import page as htmlreport
+from harness.results import tableformats
 from harness.results.schemas import Record, RunInfo
 from harness.results.store import ResultsStore
 from tests.conftest import tree_snapshot
@@ -429,7 +430,7 @@ def test_every_legend_words_the_significance_marks_alike(store, tmp_path):
     views.print_comparison(Console(file=buf, width=100), rows, "output_throughput")
     _, page, _ = write(store, tmp_path / "page", "run-a")
     docs = (Path(__file__).resolve().parents[2] / "docs" / "reading-the-table.md").read_text()
-    shown = {"terminal": buf.getvalue(), "markdown": report.to_markdown(rows, "output_throughput"),
+    shown = {"terminal": buf.getvalue(), "markdown": tableformats.to_markdown(rows, "output_throughput"),
              "page": "".join(page.text), "docs": docs, "nights": nightstext.legend()}
     for where, text in shown.items():
         flat = " ".join(text.split())

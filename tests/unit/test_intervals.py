@@ -10,7 +10,8 @@ from itertools import combinations
 import pytest
 
 from harness.results import significance
-from harness.results.compare import build_rows, ratio_text, to_csv, to_json
+from harness.results.compare import build_rows, ratio_text
+from harness.results.tableformats import to_csv, to_json
 from harness.results.schemas import Record
 
 

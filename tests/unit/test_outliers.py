@@ -108,3 +108,49 @@ def test_compare_and_the_page_name_the_outlier_and_the_cause_in_its_bench_log(tm
     assert want in " ".join(out.file.getvalue().split())
     page = views.write_report([(store, "r1")], tmp_path / "page", baseline=None, metric="median_ttft_ms")
     assert want in " ".join(page.read_text().split())
+
+
+# ---------------------------------------------------------------------------------------------- drift (n = 3, 4)
+# The live sweep behind issue 43 (V3-shaped, 128 heads, one H200): a 16-prompt 4K case at concurrency 8 gave
+# 144-171 tok/s in repeat 1 and 387-464 after; an 8K "hit" case 853-1028 ms TTFT in repeat 1, 93-126 after.
+
+
+def test_the_drift_rule_flags_one_repeat_far_from_two_that_agree():
+    assert outliers.drifted([160.0, 400.0, 420.0]) == [0]
+    assert outliers.drifted([950.0, 110.0, 120.0]) == [0]  # the cold "hit" repeat
+    assert outliers.drifted([400.0, 160.0, 420.0, 410.0]) == [1]  # any repeat, 4 of them too
+    assert outliers.drifted([100.0, 101.0, 99.0]) == []  # ordinary noise
+    assert outliers.drifted([100.0, 100.0, 120.0]) == []  # under the 25 % floor, however quiet the others
+    assert outliers.drifted([100.0, 100.0, 130.0]) == [2]
+    assert outliers.drifted([100.0, 150.0, 220.0]) == []  # scattered: noise (the CV says so), not one repeat astray
+    assert outliers.drifted([160.0, 400.0]) == [] and outliers.drifted([160.0, 400.0, 410.0, 420.0, 415.0]) == []
+
+
+def cached(attempt: str, rnd: int, samples: list[float], shares: list[float]) -> Record:
+    r = rec(attempt, rnd, samples)
+    prefill = [{"repeat": i, "new": round(1000 * (1 - s)), "cached": round(1000 * s), "batches": 4}
+               for i, s in enumerate(shares)]
+    return Record.model_validate({**r.model_dump(), "bench_cases": {"c8": {"prefix_cache": "hit", "prefill": prefill}}})
+
+
+def test_a_drifted_cell_names_the_repeat_and_the_cache_and_is_not_judged():
+    base = cached("b1", 1, [120.0, 110.0, 112.0], [0.99, 0.99, 0.99])
+    base = base.model_copy(update={"experiment": "base"})
+    cold_first = cached("a1", 1, [950.0, 110.0, 120.0], [0.0, 0.99, 0.99])
+    rows = {r.experiment: r for r in build_rows([base, cold_first], metric="median_ttft_ms", baseline="base")}
+    row = rows["e"]
+    cell = row.cells["c8"]
+    assert cell.drift and cell.verdict == "drift" and cell.marker == "⚠" and cell.ratio is not None
+    assert ("c8: drift round 1 repeat 1 (950.0 vs 115.0 for the others; prefix cache: 0 % of its prompt tokens "
+            "cached, the others 99 %)") in row.notes
+    assert not rows["base"].cells["c8"].drift and compare_text(cell).endswith("⚠")
+
+
+def test_a_drift_with_no_cause_says_so():
+    [row] = build_rows([rec("a1", 1, [950.0, 110.0, 120.0])], metric="median_ttft_ms")
+    assert "c8: drift round 1 repeat 1 (950.0 vs 115.0 for the others; no cause in its logs)" in row.notes
+
+
+def compare_text(cell) -> str:
+    from harness.results.compare import cell_text
+    return cell_text(cell)

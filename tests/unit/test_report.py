@@ -17,10 +17,8 @@ from harness.results.compare import (
     lower_is_better,
     short_key_line,
     table_rows,
-    to_csv,
-    to_json,
-    to_markdown,
 )
+from harness.results.tableformats import to_csv, to_json, to_markdown
 from harness.results.metrics import KEY_METRICS
 from harness.results.schemas import ProfileOp, ProfileSummary, Record
 from harness.results.significance import mann_whitney_p

@@ -269,3 +269,18 @@ def test_a_repeat_without_a_number_is_left_out_of_the_cell_not_a_crash():
     rec = record(metrics={"bs1": {"samples": samples}})
     cell = build_rows([rec], metric="median_ttft_ms")[0].cells["bs1"]
     assert (cell.median, cell.n, cell.samples) == (11.0, 3, [10.0, 12.0, 11.0])
+
+
+def test_answers_are_read_beside_the_record_or_from_their_gzipped_copy(tmp_path):
+    import gzip
+
+    store = ResultsStore(tmp_path)
+    d = store.new_attempt_dir("r1", "e")
+    rec = Record(run_id="r1", experiment="e", attempt=d.name, host="h", status="ok", answers={"prompts": 1})
+    doc = {"settings": {}, "prompts": []}
+    with pytest.raises(ResultsError, match="cannot read"):
+        store.read_answers(rec)
+    (d / "answers.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert store.read_answers(rec) == doc  # an archived run keeps them packed
+    (d / "answers.json").write_text(json.dumps({**doc, "version": 2}))
+    assert store.read_answers(rec) == {**doc, "version": 2}  # the plain file wins where both are

@@ -10,6 +10,7 @@ import pytest
 
 from harness.results import compare as report
 from harness.results import page as htmlreport
+from harness.results import tableformats
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
 from harness.safetext import display_line, display_lines, display_text
@@ -150,5 +151,5 @@ def test_the_comparison_shows_host_words_escaped_in_its_cells_and_notes():
         buf = io.StringIO()
         print_comparison(Console(file=buf, force_terminal=False, width=width), rows, "output_throughput")
         assert inert(buf.getvalue(), multiline=True), repr(buf.getvalue())
-    csv_text = report.to_csv(rows)
+    csv_text = tableformats.to_csv(rows)
     assert inert(csv_text.replace("\r\n", "\n"), multiline=True) and "B200\\x1b]52;c;" in csv_text

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from harness.cli.app import app
 from harness.results import page
-from harness.results.compare import build_rows, columns, table_rows, to_csv
+from harness.results.compare import build_rows, columns, table_rows
+from harness.results.tableformats import to_csv
 from harness.results.schemas import Record, RunInfo
 from harness.results.stack import differences, fingerprint, stack_id
 from harness.results.store import ResultsStore

@@ -29,6 +29,7 @@ from sglang.srt.entrypoints.engine import (
 )
 from sglang.srt.entrypoints.openai_api import OpenAIServing
 from sglang.srt.managers.tokenizer_manager import count_tokens, detokenize
+from sglang.srt.mem_cache.radix_cache import prefix_keys
 from sglang.srt.utils import get_exception_traceback, kill_process_tree
 from sglang.version import __version__
 
@@ -368,8 +369,9 @@ def _logprob_request(body, i):
             "logprob_start_len": -1 if start is None else int(start)}
 
 
-def submit(prompt_tokens, sampling_params):
-    """Validate and submit one generation; returns a ReqState or an error message."""
+def submit(prompt_tokens, sampling_params, prompt=None):
+    """Validate and submit one generation; returns a ReqState or an error message. `prompt` (its text or token
+    ids) names its prefix for the prefix cache."""
     tm = _global_state.tokenizer_manager
     if tm.gracefully_exit:
         return None, "The server is shutting down."
@@ -385,7 +387,8 @@ def submit(prompt_tokens, sampling_params):
         )
     internal = tm.server_status != "Up"
     state = tm.generate(
-        prompt_tokens, max(max_new, 1), bool(sampling_params.get("ignore_eos", False)), internal
+        prompt_tokens, max(max_new, 1), bool(sampling_params.get("ignore_eos", False)), internal,
+        keys=prefix_keys(prompt.split() if isinstance(prompt, str) else prompt or []),
     )
     state.max_new_tokens = max_new
     return state, None
@@ -428,7 +431,7 @@ def generate_request(h):
     else:
         sources = [text if text is not None else input_ids]
     for i, p in enumerate(prompts):
-        state, err = submit(p, sampling_params)
+        state, err = submit(p, sampling_params, sources[i])
         if err:
             for s in states:
                 tm.abort(s.rid)

@@ -30,7 +30,10 @@ class OpenAIServing:
 
     def _serve(self, h, prompt_tokens, body, chat):
         tm = self.state.tokenizer_manager
-        state, err = self.submit(prompt_tokens, self._sampling(body))
+        prompt = body.get("prompt")
+        if chat:
+            prompt = " ".join(str(m.get("content", "")) for m in body.get("messages") or [] if isinstance(m, dict))
+        state, err = self.submit(prompt_tokens, self._sampling(body), prompt if isinstance(prompt, (str, list)) else None)
         if err:
             return self.error(h, err)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex

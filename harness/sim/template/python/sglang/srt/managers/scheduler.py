@@ -28,6 +28,7 @@ from sglang._sim.gpus import load_facts
 from sglang._sim.profiler import Recorder
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.managers.scheduler_components.profiler_manager import SchedulerProfilerManager
+from sglang.srt.mem_cache.radix_cache import RadixCache
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.utils import configure_logger, get_exception_traceback, kill_itself_when_parent_died
@@ -45,9 +46,11 @@ ILLEGAL_MEMORY_ACCESS = (
 
 
 class Req:
-    def __init__(self, rid, input_len, max_new_tokens, ignore_eos, internal):
+    def __init__(self, rid, input_len, max_new_tokens, ignore_eos, internal, keys=()):
         self.rid = rid
         self.input_len = input_len
+        self.keys = list(keys)  # the prompt's prefix keys (radix_cache.prefix_keys), for the prefix cache
+        self.cached_len = 0  # leading tokens found in the prefix cache when it was prefilled
         self.max_new_tokens = max_new_tokens
         self.internal = internal
         self.output_len = 0
@@ -74,12 +77,13 @@ def _pow2(n):
     return b
 
 
-def jit_shape(in_flight, input_lens):
+def jit_shape(in_flight):
     """The prefill kernel a batch needs, as a JIT build specializes it: the requests in flight (running plus
-    this batch: the concurrency the server sees) in tiles of 1, up to 8, then powers of two, and the longest
-    new input rounded up to a power of two."""
-    tile = 1 if in_flight <= 1 else max(8, _pow2(in_flight))
-    return (tile, _pow2(max(input_lens)))
+    this batch: the concurrency the server sees) in tiles of 1, up to 8, then powers of two. Not the prompts'
+    lengths: FlashInfer keys a JIT module on dtypes and head sizes, Triton on its constexprs and on whether an
+    integer argument is 1 or a multiple of 16, so a new prompt length at a batch size already served builds
+    nothing (a sim that built per length made every measured repeat with new lengths pay a build)."""
+    return 1 if in_flight <= 1 else max(8, _pow2(in_flight))
 
 
 def jit_log(message):
@@ -142,6 +146,7 @@ class Scheduler:
         self.crash_after = crash_in_bench()
         self._reference_costs = None
         self.forward_ct = 0
+        self.tree_cache = RadixCache(self.max_total_num_tokens, disable=server_args.disable_radix_cache)
         self.built_shapes = set()  # prefill shapes whose kernels this server has built (in memory, per server)
         sa = server_args
         backend = sa.decode_attention_backend or sa.attention_backend or "flashinfer"
@@ -207,6 +212,7 @@ class Scheduler:
         elif kind == "flush_cache":
             ok = not self.running and not self.waiting_queue
             if ok:
+                self.tree_cache.reset()
                 logger.info("Cache flushed successfully!")
             else:
                 logger.warning(
@@ -254,14 +260,14 @@ class Scheduler:
         """The first prefill batch of a new shape builds its kernel first (extra time, FlashInfer's two JIT
         lines); later batches of that shape do not. The startup warmup's shapes are built silently with the
         CUDA graphs (SGLang's own startup log shows no JIT lines)."""
-        shape = jit_shape(len(self.running) + len(reqs), [r.input_len for r in reqs])
+        shape = jit_shape(len(self.running) + len(reqs))
         if shape in self.built_shapes:
             return
         self.built_shapes.add(shape)
         cost = jit_build_s()
         if all(r.internal for r in reqs) or cost <= 0:
             return
-        name = "batch_prefill_with_ragged_kv_cache_bs_%d_len_%d_dtype_q_bf16_dtype_kv_bf16" % shape
+        name = "batch_prefill_with_ragged_kv_cache_bs_%d_dtype_q_bf16_dtype_kv_bf16" % shape
         jit_log("Loading JIT ops: %s" % name)
         time.sleep(device_seconds_to_wall(cost))
         jit_log("Finished loading JIT ops: %s" % name)
@@ -310,25 +316,30 @@ class Scheduler:
         if not batch:
             self.run_decode_batch()
             return
-        forward_batch = ForwardBatch.extend([r.input_len for r in batch], [r.input_len for r in batch])
+        for r in batch:
+            r.cached_len = self.tree_cache.match_prefix(r.keys)
+        forward_batch = ForwardBatch.extend([r.input_len for r in batch], [r.input_len - r.cached_len for r in batch])
         tic = time.perf_counter()
         self._jit_build(batch)
         self._step(forward_batch, batch)
         gap = time.perf_counter() - tic
         if self.tp_rank == 0:
             logger.info(
-                "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
+                "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
                 "#running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False, "
                 "input throughput (token/s): %.2f"
                 % (
                     len(batch),
                     forward_batch.num_tokens,
+                    sum(r.cached_len for r in batch),
                     self.token_usage(),
                     len(self.running),
                     len(self.waiting_queue),
                     forward_batch.num_tokens / gap if gap > 0 else 0.0,
                 )
             )
+        for r in batch:
+            self.tree_cache.insert(r.keys)
         self.running.extend(self._emit(batch))
 
     def run_decode_batch(self):

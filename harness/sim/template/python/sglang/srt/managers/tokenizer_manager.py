@@ -80,7 +80,7 @@ class TokenizerManager:
 
     # ------------------------------------------------------------ requests
 
-    def generate(self, prompt_tokens, max_new_tokens, ignore_eos, internal=False, rid=None):
+    def generate(self, prompt_tokens, max_new_tokens, ignore_eos, internal=False, rid=None, keys=None):
         self.running_phase = True
         rid = rid or uuid.uuid4().hex
         state = ReqState(rid, prompt_tokens, internal)
@@ -88,7 +88,7 @@ class TokenizerManager:
             self.rid_to_state[rid] = state
         group = self.groups[next(self._rr) % len(self.groups)]
         state.group = group
-        group.send(("req", rid, prompt_tokens, max_new_tokens, ignore_eos, internal))
+        group.send(("req", rid, prompt_tokens, max_new_tokens, ignore_eos, internal, keys or []))
         return state
 
     def abort(self, rid):
