@@ -149,6 +149,7 @@ def main():
     ap.add_argument("--variants", default="", help="comma list of define sets joined by +, e.g. SKIP_QK,SKIP_PV")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--profile", default="", help="HxBxC: only run the CUDA kernel 3 times eagerly (for ncu)")
+    ap.add_argument("--profile-config", default="", help="with --profile: stages:block_n:ctas_per_sm[:DEFINE+...]")
     ap.add_argument("--cubin", type=Path, default=None, help="write the compiled cubin here")
     ap.add_argument("--baseline", type=Path, default=None, help="folder holding kernels_old/ to time beside ours")
     ap.add_argument("--no-triton", action="store_true", help="skip the Triton path (its JIT takes a while)")
@@ -161,9 +162,15 @@ def main():
         h, b, c = map(int, args.profile.split("x"))
         case = make_case(h, b, c, torch.device("cuda"), layers=1)
         out = torch.empty(b, h, D_NOPE, dtype=torch.bfloat16, device="cuda")
+        cfg = None
+        if args.profile_config:
+            parts = args.profile_config.split(":")
+            st, bn, ctas = (int(x) for x in parts[:3])
+            cfg = cu.CudaConfig(stages=st, block_n=bn, ctas_per_sm=ctas,
+                                defines=tuple(parts[3].split("+")) if len(parts) > 3 else ())
         for _ in range(3):
             cu.mla_decode_cuda(case.q[..., :D_NOPE], case.q[..., D_NOPE:], case.pool, case.indptr, case.indices[0],
-                               SM_SCALE, 1.0, 1.0, None, out)
+                               SM_SCALE, 1.0, 1.0, None, out, cfg)
         torch.cuda.synchronize()
         if args.cubin:
             args.cubin.write_bytes(next(iter(cu._KERNELS.values())).cubin)

@@ -18,13 +18,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
-from ..common.patchpaths import git_unquote, path_problem
+from ..common.diffheaders import git_unquote
 from ..common.protocol import JOURNAL_VERSION, FileEntry, Journal, PatchEntry, RevertReport, Status
 from .checkout import git_reason, restore_ref
 from .errors import FailureFacts, StageFailed
 from .hostio import copy_raw, deepest_first, read_json, run, write_json_atomic
 from .newfiles import check_folders, parents, write_file
-from .treescan import describe, git_manifest, ignored_manifest, write_problem
+from .treescan import describe, git_manifest, ignored_manifest, spec_refusal, write_problem
 
 GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
 MANIFEST = "manifest.json"  # under .git/harness/: the tree before the attempt, path by path
@@ -107,10 +107,6 @@ def rename_sources(patch_text: str) -> set[str]:
             for line in patch_text.split("\n") if line.startswith("rename from ")}
 
 
-def unsafe_path(rel: str) -> bool:
-    return path_problem(rel) is not None
-
-
 class Tree:
     """One target repo: its git, its journal file, and a scratch folder outside the tree."""
 
@@ -188,6 +184,9 @@ class Tree:
     def plan(self, patches: list[PatchEntry], files: list[FileEntry], dirty_before: list[str],
              patch_dir: str, head: str) -> dict[str, Any]:
         """Write the patches out, check they apply (changing nothing), learn every path they touch."""
+        refused = spec_refusal(patches, files)
+        if refused:
+            raise StageFailed(Status.APPLY_FAILED, refused)
         os.makedirs(patch_dir, exist_ok=True)
         patch_paths = []
         for i, p in enumerate(patches):
@@ -206,9 +205,6 @@ class Tree:
             for p in patches:
                 touched.update(rename_sources(p.text))
         for entry in files:
-            if unsafe_path(entry.path):
-                raise StageFailed(Status.APPLY_FAILED,
-                                  "patch set %s: unsafe path in files/: %r" % (entry.set, entry.path))
             self._refuse_escape(entry.path, True, "patch set %s: files/%s" % (entry.set, entry.path))
             check_folders(self.repo, entry)
             touched.add(entry.path)

@@ -1,4 +1,5 @@
-"""What the tree holds, for revert verification, and where a write would really land, for the path rule.
+"""What the tree holds, for revert verification; what a spec names and where a write would really land, for
+the path rule.
 
 Stdlib only (it ships with the agent). `describe` is byte for byte; ignored files are described by type,
 mode, size and mtime (build outputs can be large); git's config and hooks by content.
@@ -13,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import Optional
 
 from ..common.filehash import sha256_file
-from ..common.patchpaths import is_dot_git
+from ..common.patchpaths import is_dot_git, name_refusals, path_problem
+from ..common.protocol import FileEntry, PatchEntry
 
 
 def _missing_or_link(path: str) -> "tuple[Optional[str], Optional[os.stat_result]]":
@@ -91,4 +93,19 @@ def write_problem(repo: str, git_dirs: Sequence[str], rel: str, whole_file: bool
     if any(inside(real, g) for g in git_dirs) or \
             any(is_dot_git(p) for p in os.path.relpath(real, root).split(os.sep)):
         return "would land inside git's own folder, in %s" % real
+    return None
+
+
+def spec_refusal(patches: Sequence[PatchEntry], files: Sequence[FileEntry]) -> Optional[str]:
+    """Why the spec's own names break the path rule (None: they do not), before git reads a patch: every
+    name a patch's headers give (as written and as git strips it) and every files/ entry. The controller
+    refused these when it read the set; a spec built by hand gets no further here."""
+    for p in patches:
+        for r in name_refusals(p.name, p.text):
+            return "patch set %s, %s line %d: %s %s: refused, a patch set writes only inside the work tree " \
+                   "(relative paths, never '..' or .git)" % (p.set, p.name, r.line or 0, r.path, r.reason)
+    for entry in files:
+        bad = path_problem(entry.path)
+        if bad:
+            return "patch set %s: unsafe path in files/: %r %s" % (entry.set, entry.path, bad)
     return None

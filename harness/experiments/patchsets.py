@@ -13,7 +13,8 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import field_validator
 
-from ..common.patchpaths import diff_files, patch_set_refusals
+from ..common.diffheaders import diff_files
+from ..common.patchpaths import patch_set_refusals
 from ..errors import ConfigError
 from .config import Strict, validate_model
 from .yamlsrc import load_yaml
@@ -208,16 +209,19 @@ def check_paths(folder: Path, patches: list[PatchFile], files: list[NewFile]) ->
     if not refusals:
         return
     first = refusals[0]
-    same = [r for r in refusals if r.source == first.source]
-    listed = "; ".join(f"{r.path} {r.reason}" for r in same)
     if first.source.startswith("files/"):
         raise ConfigError(f"{first.source} {first.reason}", file=folder / first.source,
                           hint="a patch set may only write inside the work tree, never into .git/ or through "
                                "a symbolic link")
+    same = [r for r in refusals if r.source == first.source]
+    listed = "; ".join(f"{r.path} {r.reason}" + (f" (line {r.line})" if r.line and r is not first else "")
+                       for r in same)
     raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {listed}",
-                      file=folder / first.source,
-                      hint="patch paths must be relative to the repo root, without '..' or .git/, and never "
-                           "through a symbolic link the patch set creates; links must point inside the tree")
+                      file=folder / first.source, line=first.line,
+                      hint="name files relative to the repo root as `git diff` does (`--- a/pkg/x.py`, "
+                           "`+++ b/pkg/x.py`; `/dev/null` only on the side of a new or deleted file), without "
+                           "'..' or .git/, never through a symbolic link the patch set creates; links must "
+                           "point inside the tree (`harness patch new NAME --from CHECKOUT` writes them so)")
 
 
 _GIT_ONLY_CHANGE = re.compile(r"^(?:rename from |rename to |copy from |copy to |old mode |new mode |"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,9 @@ class SSHTransport(Transport):
                                         f"accept the fingerprint, or set `accept_new_host_key: true` for this host "
                                         f"in hosts.yaml") from None
             raise HostUnreachable(self.name, f"SSH error talking to {label}: {exc}") from None
+        except EOFError:  # paramiko's word (from its transport thread) for a server that hung up mid-handshake
+            raise HostUnreachable(self.name, f"{label} closed the connection during the SSH handshake",
+                                  hint="is sshd running there, and not stopping or restarting?") from None
         except TimeoutError as exc:
             raise HostUnreachable(self.name, f"connection to {label} timed out ({exc})",
                                   hint="is the host up and the port right?") from None
@@ -155,6 +159,7 @@ class SSHTransport(Transport):
             chan.exec_command(self._command(argv))
             chan.shutdown_write()
             stdout, stderr = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout  # the channel's own timeout is only its reads'
             # Done at end of stream, not at the exit status: sshd may send the status while output still waits
             # for the window to open (a large file fetched through exec), and stopping then truncates it.
             while not (chan.exit_status_ready() and chan.eof_received and not chan.recv_ready()
@@ -163,6 +168,12 @@ class SSHTransport(Transport):
                     stdout += chan.recv(65536)
                 elif chan.recv_stderr_ready():
                     stderr += chan.recv_stderr(65536)
+                elif chan.closed:  # closed, no end of stream: none will come (this loop once spun on it forever)
+                    if not self._conn.transport.is_active():  # the link died under the command
+                        raise EOFError("the connection dropped while the command ran")
+                    break  # a server that closes without one
+                elif time.monotonic() > deadline:
+                    raise TimeoutError
                 else:
                     chan.status_event.wait(0.005)
             code = chan.recv_exit_status()

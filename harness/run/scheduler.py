@@ -326,6 +326,8 @@ class Scheduler:
             if record is not None:
                 self.reporter.attempt_finished(worker, label, record)
             return
+        except Exception as exc:  # unforeseen (a bug, a library's exception not caught below us): the host's failure,
+            infra, reason = True, ": ".join(filter(None, (type(exc).__name__, str(exc))))  # not a dead worker
         with self._cv:
             if not infra:  # an infrastructure failure is quick: it would make the time left look short
                 self._durations.append(time.monotonic() - t0)
@@ -341,6 +343,8 @@ class Scheduler:
                 self.reporter.note(label, f"infrastructure failure on {host}; will retry")
             elif record is not None:
                 self.outcome.done.append(record)
+            else:
+                self._stranded.append(a)  # nothing on disk ends it: left for a resume, not lost
             if infra and host in self.down:
                 self._refuse_unplaceable()  # what only down hosts could run is left (or refused), not waited for
             self._cv.notify_all()

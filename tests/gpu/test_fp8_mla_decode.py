@@ -273,6 +273,18 @@ def test_cuda_pipeline_geometries(stages, block_n):
 
 @gpu_only
 @hopper_only
+@pytest.mark.parametrize("splits", [1, 5, None])
+def test_cuda_three_ctas_per_sm(splits):
+    """The many-head variant: 32-token stages, 8 k-steps of Q in registers, launch bounds for 3 CTAs per SM."""
+    from kernels.fp8_mla_decode_cuda import CudaConfig
+
+    cfg = CudaConfig(stages=2, block_n=32, ctas_per_sm=3, defines=("Q_REG_KSTEPS=8",))
+    run_cuda([3000, 5, 12345, 0, 31], 64, cfg, splits=splits)
+    run_cuda([4000, 70], 128, cfg, splits=splits)
+
+
+@gpu_only
+@hopper_only
 def test_cuda_scales_tensor_and_per_token():
     run_cuda([900, 17, 0], 16, splits=4, k_scale=torch.tensor([0.75], device=DEVICE), v_scale=1.5,
              token_scale=True)
@@ -307,6 +319,84 @@ def test_cuda_path_graph_replay_with_new_lengths(batch):
             graph.replay()
             torch.cuda.synchronize()
             check(out, reference_mla_decode(q, pool, indptr, indices[: sum(lens)], 0.0625), lens)
+
+
+# The small-batch plan (mla_fp8_split_cl): cluster_slots = clusters per (row, head tile) x cluster x pairs
+# forces 1 (the cluster writes the output), a few, or 64 clusters a row (the last cluster merges them).
+SMALL_BATCH = [
+    ([1, 999, 20000, 0, 64, 65], 16),
+    ([2048], 8),
+    ([8192, 3], 8),
+    ([32768, 0, 1, 130], 16),
+    ([5000, 0, 63], 64),
+    ([4000], 128),
+]
+
+
+@gpu_only
+@hopper_only
+@pytest.mark.parametrize("cluster,per_pair", [(8, 1), (8, 2), (8, 5), (8, 64), (4, 3), (2, 16), (8, 0)])
+@pytest.mark.parametrize("lens,heads", SMALL_BATCH)
+def test_cuda_small_batch_plan(lens, heads, cluster, per_pair):
+    """per_pair 0: the driver's own count of resident clusters (the default plan)."""
+    from kernels.fp8_mla_decode_cuda import HEAD_TILE, CudaConfig
+
+    pairs = len(lens) * -(-heads // HEAD_TILE)
+    run_cuda(lens, heads, CudaConfig(cluster=cluster, cluster_slots=per_pair * cluster * pairs))
+
+
+@gpu_only
+@hopper_only
+def test_cuda_small_batch_plan_scales_and_fp16_query():
+    from kernels.fp8_mla_decode_cuda import CudaConfig
+
+    cfg = CudaConfig(cluster_slots=8 * 3 * 3)  # 3 rows, 3 clusters of 8 each
+    run_cuda([900, 17, 0], 16, cfg, k_scale=torch.tensor([0.75], device=DEVICE), v_scale=1.5, token_scale=True)
+    pool, indptr, indices, q = make_inputs([3000, 40], 8, seed=21)
+    from kernels import fp8_mla_decode_cuda as cu
+
+    q16 = q.to(torch.float16)
+    out = torch.full((2, 8, D_NOPE), float("nan"), dtype=torch.float16, device=DEVICE)
+    cu.mla_decode_cuda(q16[..., :D_NOPE], q16[..., D_NOPE:], pool, indptr, indices, 0.0625, 1.0, 1.0, None, out, cfg)
+    check(out, reference_mla_decode(q16, pool, indptr, indices, 0.0625), [3000, 40])
+
+
+@gpu_only
+@hopper_only
+@pytest.mark.parametrize("batch,per_pair,cluster", [(1, 0, 8), (2, 4, 8), (4, 0, 4), (8, 1, 8)])
+def test_cuda_small_batch_plan_graph_replay_with_new_lengths(batch, per_pair, cluster):
+    """One capture, any lengths (the plan depends on batch and heads); after every replay the counters of the
+    clusters' merge are back at zero (the last cluster of a row resets its own)."""
+    from kernels import fp8_mla_decode_cuda as cu
+
+    heads, max_tokens = 16, 40000
+    cfg = cu.CudaConfig(cluster=cluster, cluster_slots=per_pair * cluster * batch)
+    pool, _, _, q = make_inputs([max_tokens], heads, seed=30 + batch)
+    indptr = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
+    indices = torch.zeros(max_tokens, dtype=torch.int32, device=DEVICE)
+    out = torch.empty(batch, heads, D_NOPE, dtype=torch.bfloat16, device=DEVICE)
+    q = q.expand(batch, -1, -1).contiguous()
+
+    def step():
+        cu.mla_decode_cuda(q[..., :D_NOPE], q[..., D_NOPE:], pool, indptr, indices, 0.0625, 1.0, 1.0, None, out, cfg)
+
+    graph, used = capture(step, pool)
+    k = cu._KERNELS[(DEVICE.index or 0, False, cfg)]
+    assert k.plans[(batch, heads, None)].cluster, "the small-batch plan"
+    gen = torch.Generator().manual_seed(batch)
+    for total in (batch, 30000, 39000, 2048 * batch):
+        cuts = sorted(torch.randint(0, total + 1, (batch - 1,), generator=gen).tolist())
+        lens = [b - a for a, b in zip([0] + cuts, cuts + [total])]
+        if batch > 1:
+            lens[0] = 0  # an empty row
+        indptr.copy_(torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32))
+        indices[: sum(lens)] = used[torch.randperm(used.numel(), device=DEVICE)][: sum(lens)]
+        for _ in range(2):
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            check(out, reference_mla_decode(q, pool, indptr, indices[: sum(lens)], 0.0625), lens)
+            assert not k.arrivals.any(), "a counter left non-zero: the next replay would merge too early"
 
 
 @gpu_only

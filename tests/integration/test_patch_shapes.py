@@ -4,6 +4,7 @@ applied through the agent (local transport, the apply-revert mode) and reverted 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,28 @@ def test_an_unverifiable_revert_is_never_reported_verified_whatever_git_config_s
     old = repo / "pkg" / "old.py"
     old.write_bytes(old.read_bytes().replace(b"\n", b"\r\n"))
     assert digest(g.manifest()) != before
+
+
+def test_an_experiment_whose_plain_diff_names_an_absolute_path_is_refused_when_read_and_changes_nothing(
+        tmp_path, repo):
+    """#48: a plain unified diff creating `/abs/path` ran to `status: ok` (git strips it to a folder inside
+    the tree). `harness run` and `harness validate` refuse it when they read the set, before any host is
+    contacted: exit 2, the patch file and its line named, nothing applied, no record written."""
+    folder = tmp_path / "patches" / "hostile"
+    folder.mkdir(parents=True)
+    (folder / "0001.patch").write_text(f"--- /dev/null\n+++ {tmp_path}/escaped.txt\n@@ -0,0 +1 @@\n+x\n")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "hostile", "model": {"path": "/m"}, "patches": ["hostile"],
+                                   "server": {"port": "auto"}}))
+    (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": {"box": {
+        "address": "local", "repo": str(repo), "python": "python3", "workdir": str(tmp_path / "work")}}}))
+    before = tree_snapshot(repo)
+    for argv in (["run", str(exp), "--host", "box", "--results-dir", str(tmp_path / "results")],
+                 ["validate", str(exp)]):
+        p = subprocess.run([sys.executable, "-m", "harness", *argv], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+        out = p.stdout + p.stderr
+        assert p.returncode == 2, out
+        assert f"{folder / '0001.patch'}:2: " in out and f"{tmp_path}/escaped.txt is an absolute path" in out
+    assert tree_snapshot(repo) == before and not (tmp_path / "work").exists()
+    assert not list(tmp_path.rglob("record.json")) and not (tmp_path / "escaped.txt").exists()

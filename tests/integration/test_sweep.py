@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -465,77 +466,110 @@ def test_a_host_that_cannot_be_asked_for_its_gpus_is_not_used_and_its_work_is_le
 
 def test_a_sweep_with_a_hung_host_and_one_dying_midway_ends_and_a_resume_on_other_hosts_completes(tmp_path):
     """The tester's night, on real sshd: `hung` accepts TCP and never answers (`gpus:` but no `arch:`),
-    `dying` (real sshd) is stopped after its first attempt, `good` stays. The sweep runs every attempt sm90
-    can run on the live hosts, refuses the Blackwell-only ones instead of waiting for `hung`, names both down
-    hosts and exits 3 — without waiting for its budget. Then a run left unstarted resumes on `good` alone."""
+    `dying` (real sshd) dies after its first attempt, `good` stays. The sweep runs every attempt sm90 can run
+    on the live hosts, refuses the Blackwell-only ones instead of waiting for `hung`, names both down hosts and
+    exits 3 — without waiting for its budget. Then a run left unstarted resumes on `good` alone.
+
+    Nothing in it races the sweep. `dying` is reached through a forwarder that takes one connection (its first
+    attempt's) and refuses every later one, so no second attempt slips in before it dies. `good`'s agent waits at
+    a gate the test opens once both others are reported down: `good` can neither take the work `dying` must fail
+    on twice to be down, nor end the sweep before `hung` has failed twice."""
+    from tests.support.gate import Gate
     from tests.support.sshd import SSHServer
+    from tests.support.tcpproxy import CuttableProxy
 
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(16)  # the kernel completes the handshake; nobody ever says a word
     dying = SSHServer(tmp_path / "sshd-dying").start()
+    one_login = CuttableProxy(dying.port, connections=1)
+    gate = Gate(tmp_path / "good-gate")
+    proc = None
     try:
         target = init_target(tmp_path / "dying", arch="sm90")
         hosts = local_hosts(tmp_path, {"good": "sm90"})
-        hosts["good"] = hosts["good"].model_copy(update={"retry_after": 0.1})
-        hosts["dying"] = HostConfig(**dying.host_entry(), repo=str(target.repo), python=str(target.python), gpus=8,
-                                    arch="sm90", workdir=str(tmp_path / "dying-work"), retry_after=0.1)
+        held = gate.wrap(Path(hosts["good"].python), when="*.pyz")  # its agent waits; nothing has a timer on it
+        hosts["good"] = hosts["good"].model_copy(update={"retry_after": 0.1, "python": str(held)})
+        _, key_type, key = dying.known_hosts.read_text().split()[:3]
+        known = tmp_path / "dying_known_hosts"  # dying's key, at the address the harness dials
+        known.write_text(f"[127.0.0.1]:{one_login.port} {key_type} {key}\n")
+        hosts["dying"] = HostConfig(**dying.host_entry(port=one_login.port, known_hosts=str(known)),
+                                    repo=str(target.repo), python=str(target.python), gpus=8, arch="sm90",
+                                    workdir=str(tmp_path / "dying-work"), retry_after=0.1)
         hosts["hung"] = HostConfig(address="127.0.0.1", port=hung.getsockname()[1], user=dying.user,
                                    key=str(dying.client_key), known_hosts=str(dying.known_hosts), connect_timeout=1,
                                    repo="/nonexistent/repo", gpus=8, retry_after=0.1)
         inventory = write_inventory(tmp_path, hosts)
         small_base(tmp_path)
-        # 5 rounds (10 attempts sm90 can run): work must be left when `dying` ends its first attempt, or `good`
-        # may take it all and `dying` is never tried again (seen under load once attempts got faster).
-        f = sweep_file(tmp_path, name="s", base="base.yaml", rounds=5, budget={"sweep": 600},
+        # 2 rounds, 4 attempts sm90 can run: `dying`'s first, the one `good` holds, two for `dying` to fail on.
+        f = sweep_file(tmp_path, name="s", base="base.yaml", rounds=2, budget={"sweep": 600},
                        matrix={"backend": ["flashinfer-mla", "triton", "trtllm_mla"]})
         results = tmp_path / "results"
         proc = subprocess.Popen(HARNESS + ["sweep", str(f), "--hosts-file", str(inventory), "--results-dir",
                                            str(results)], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         lines = []
+        down: set[str] = set()
+        ended: Counter[str] = Counter()
         assert proc.stdout is not None
         for line in proc.stdout:  # the pipe's plain lines are the events we wait on
             lines.append(line)
-            if line.startswith("dying: ") and "→" in line:
-                dying.stop()
+            if m := re.match(r"host (\S+) is down ", line):
+                down.add(m.group(1))
+            elif m := re.match(r"(\S+): .* → ", line):
+                ended[m.group(1)] += 1
+            # Both down: `good` may go. (Or both ended as many attempts as it takes to be down — `dying`'s first is
+            # ok — and one is not reported down: `good` goes too, not held forever, and the asserts say what broke.)
+            if all(h in down or ended[h] >= n for h, n in (("hung", 2), ("dying", 3))):
+                gate.open()
         stderr = proc.stderr.read() if proc.stderr else ""
         rc = proc.wait(60)
+        out = "".join(lines)
+        assert rc == 3, out + stderr
+        good_ends = [i for i, line in enumerate(lines) if line.startswith("good: ") and " → " in line]
+        downs = [i for i, line in enumerate(lines) if re.match(r"host (hung|dying) is down ", line)]
+        assert len(downs) == 2 and max(downs) < min(good_ends, default=len(lines)), out  # `good` was held until both were down
+        assert "host hung down since" in stderr and "host dying down since" in stderr, stderr
+        assert "no SSH banner" in stderr and "not run" not in stderr
+        run_id = re.search(r"^run (\S+):", out, re.M).group(1)
+        by_key = records_on_disk(results, run_id)
+        plan_keys = store_keys(results, run_id)
+        assert set(by_key) == plan_keys  # every attempt has a record
+        for recs in by_key.values():
+            final = [r for r in recs if is_final_on_disk(r)]
+            assert len(final) == 1, recs
+            if final[0].experiment == "s-trtllm_mla":  # only `hung` (arch unknown) might have run it: refused
+                assert final[0].status == "preflight-failed" and final[0].host == "-" and final[0].cannot_run
+            else:
+                assert final[0].status == "ok" and final[0].host in ("good", "dying")
+        statuses = {h: sorted(r.status for recs in by_key.values() for r in recs if r.host == h)
+                    for h in ("dying", "hung")}
+        assert statuses == {"dying": ["infra-error", "infra-error", "ok"], "hung": ["infra-error"] * 2}, out
+        assert one_login.accepted == 1  # the failures were refusals: no second login reached `dying`
+
+        # A run stopped before anything started (a window that ended), resumed on `good` alone: it completes.
+        f = tmp_path / "one.yaml"
+        f.write_text(yaml.safe_dump({"name": "one", "base": "base.yaml", "rounds": 2}))
+        p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts-file", str(inventory), "--results-dir",
+                                      str(results), "--patches-dir", str(PATCHES), "--start-within", "0"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 3 and "not run" in p.stderr, p.stdout + p.stderr
+        left_id = re.search(r"^run (\S+):", p.stdout, re.M).group(1)
+        p = subprocess.run(HARNESS + ["sweep", str(f), "--resume", left_id, "--hosts", "good", "--results-dir",
+                                      str(results)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        by_key = records_on_disk(results, left_id)
+        assert set(by_key) == store_keys(results, left_id)
+        assert {r.host for recs in by_key.values() for r in recs} <= {"good", "-"}
+        assert f"-- {len(by_key)} done" in p.stdout  # the counters end at the whole run
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        gate.close()
+        one_login.close()
         dying.stop()
         hung.close()
-    out = "".join(lines)
-    assert rc == 3, out + stderr
-    assert "host hung down since" in stderr and "host dying down since" in stderr, stderr
-    assert "no SSH banner" in stderr and "not run" not in stderr
-    run_id = re.search(r"^run (\S+):", out, re.M).group(1)
-    by_key = records_on_disk(results, run_id)
-    plan_keys = store_keys(results, run_id)
-    assert set(by_key) == plan_keys  # every attempt has a record
-    for recs in by_key.values():
-        final = [r for r in recs if is_final_on_disk(r)]
-        assert len(final) == 1, recs
-        if final[0].experiment == "s-trtllm_mla":  # only `hung` (arch unknown) might have run it: refused
-            assert final[0].status == "preflight-failed" and final[0].host == "-" and final[0].cannot_run
-        else:
-            assert final[0].status == "ok" and final[0].host in ("good", "dying")
-    assert any(r.host == "dying" and r.status == "ok" for recs in by_key.values() for r in recs)
-    assert [r.status for recs in by_key.values() for r in recs if r.host == "hung"] == ["infra-error"] * 2
-
-    # A run stopped before anything started (a window that ended), resumed on `good` alone: it completes.
-    f = tmp_path / "one.yaml"
-    f.write_text(yaml.safe_dump({"name": "one", "base": "base.yaml", "rounds": 2}))
-    p = subprocess.run(HARNESS + ["sweep", str(f), "--hosts-file", str(inventory), "--results-dir", str(results),
-                                  "--patches-dir", str(PATCHES), "--start-within", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 3 and "not run" in p.stderr, p.stdout + p.stderr
-    left_id = re.search(r"^run (\S+):", p.stdout, re.M).group(1)
-    p = subprocess.run(HARNESS + ["sweep", str(f), "--resume", left_id, "--hosts", "good", "--results-dir",
-                                  str(results)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    by_key = records_on_disk(results, left_id)
-    assert set(by_key) == store_keys(results, left_id)
-    assert {r.host for recs in by_key.values() for r in recs} <= {"good", "-"}
-    assert f"-- {len(by_key)} done" in p.stdout  # the counters end at the whole run
 
 
 def store_keys(results: Path, run_id: str) -> set[str]:

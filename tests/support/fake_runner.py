@@ -2,7 +2,8 @@
 Each call writes one record the way run_attempt does; a host named in `dead` (from the start, or from a
 moment on) fails the way an unreachable host does — an infra-error record, then HostUnreachable. `probe` stands
 in for `runner.host_status` (the scheduler's re-probe of a down host): a dead host does not answer, a live one
-reports `gpus` GPUs of its `arch` (or of `reported_arch`, for a host whose inventory has no arch)."""
+reports `gpus` GPUs of its `arch` (or of `reported_arch`, for a host whose inventory has no arch). A host named in
+`unexpected` raises that exception, no HostError, before any record: a bug, or a library's exception let through."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class FakeRunner:
     def __init__(self, duration: Callable[[str], float] = lambda key: 0.0) -> None:
         self.duration = duration  # seconds a (live) attempt takes, by key
         self.dead: dict[str, str] = {}  # host → why it fails
+        self.unexpected: dict[str, BaseException] = {}  # host → what its attempts raise, recording nothing
         self.runs: list[tuple[str, str, str]] = []  # (host, experiment, status), in the order they ended
         self.probes: list[tuple[str, bool]] = []  # (host, answered), in order
         self.reported_arch: dict[str, str] = {}  # host → the arch its probe reports when the inventory has none
@@ -54,6 +56,10 @@ class FakeRunner:
                  record_extra: SweepAttempt | None = None, **_: Any) -> AttemptOutcome:
         t0 = time.monotonic()
         directory = store.new_attempt_dir(run_id, resolved.name)
+        with self._lock:
+            unexpected = self.unexpected.get(host_name)
+        if unexpected is not None:
+            raise unexpected
         with self._lock:
             why = self.dead.get(host_name)
             barrier = self.die_together if why is not None and host_name not in self._met else None

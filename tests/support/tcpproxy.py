@@ -1,5 +1,7 @@
 """A TCP forwarder on loopback that a test can cut and restore: a login node that drops off the network
-for a while (every connection reset, new ones refused) and comes back on the same address."""
+for a while (every connection reset, new ones refused) and comes back on the same address. Or one that
+forwards only its first connections and then refuses every new one: a host that dies after them, at a point
+fixed by the connections, not by when the test gets round to it."""
 
 from __future__ import annotations
 
@@ -10,9 +12,13 @@ from tests.support.sshd import free_port
 
 
 class CuttableProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1"):
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", connections: int | None = None):
+        """`connections`: forward that many, then refuse new ones (those open go on). The listener is closed
+        as the last is accepted, before a byte of it is forwarded: no later connection can slip in first."""
         self.target = (target_host, target_port)
         self.port = free_port()
+        self.connections = connections
+        self.accepted = 0
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
@@ -54,6 +60,12 @@ class CuttableProxy:
                 client, _ = listener.accept()
             except OSError:
                 return  # cut
+            self.accepted += 1
+            if self.connections is not None and self.accepted >= self.connections:
+                with self._lock:  # as `cut`, but the connection just accepted is forwarded
+                    if self._listener is listener:
+                        self._listener = None
+                    listener.close()
             try:
                 upstream = socket.create_connection(self.target)
             except OSError:

@@ -643,3 +643,28 @@ def test_whole_file_below_a_file_the_same_patch_set_adds_is_a_patch_failure_and_
     assert "files/pkg/added.py/inner.py" in result.error and "Traceback" not in result.error
     assert result.revert.verified is True
     assert tree_snapshot(repo) == before and not journal_path(repo).exists()
+
+
+# ------------------------------------------------------------------ names a spec built by hand gives (#48)
+
+HAND_BUILT = {  # each one `git apply` takes without a word: it strips `/tmp` (or `/dev`) to a folder in the tree
+    "plain diff, absolute target": ("--- /dev/null\n+++ /tmp/harness-48\n@@ -0,0 +1 @@\n+x\n", 2, "tmp"),
+    "plain diff, CRLF": ("--- /dev/null\r\n+++ /tmp/harness-48\r\n@@ -0,0 +1 @@\r\n+x\r\n", 2, "tmp"),
+    "plain diff, /dev/null on both sides": ("--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+x\n", 2, "dev"),
+    "git diff, +++ absolute": ("diff --git a/tmp/harness-48 b/tmp/harness-48\nnew file mode 100644\n"
+                               "--- /dev/null\n+++ /tmp/harness-48\n@@ -0,0 +1 @@\n+x\n", 4, "tmp"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(HAND_BUILT))
+def test_a_hand_built_spec_naming_an_absolute_path_is_refused_on_the_host_before_git_reads_it(repo, tmp_path, form):
+    """The controller refuses these when it reads the set; a spec that never went through it must not get
+    further on the host: refused before anything is applied, naming the set, the patch, the line."""
+    text, line, folder = HAND_BUILT[form]
+    before = tree_snapshot(repo)
+    link = RecordingLink()
+    result = Attempt(spec_for(repo, tmp_path, [text]), link).run()
+    assert result.status == "apply-failed", result.error
+    assert f"patch set awkward, 0000.patch line {line}: " in result.error and "refused" in result.error
+    assert "patch" not in stages(link) and not (repo / folder).exists()  # refused at preflight
+    assert tree_snapshot(repo) == before and not journal_path(repo).exists()

@@ -73,8 +73,9 @@ def test_never_removes_the_lock_holders_the_journals_or_a_live_processs_attempt(
     lock = RepoLock(str(hdir))
     lock.acquire(str(repo), LockHolder(run_id="r", attempt_id="locked"), wait_s=0, tick=lambda: None)
     # a process of attempt r/live (a server, a bench client): it carries the attempt's marker
-    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                            env={**os.environ, MARKER_ENV: "r/live"})
+    live = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, MARKER_ENV: "r/live"})
+    assert live.stdout is not None and live.stdout.readline() == b"up\n"  # running, its environment in /proc
     try:
         report = collect_garbage(str(work), str(repo), GcRequest(older_than_days=14, dry_run=False))
     finally:

@@ -6,10 +6,14 @@ link point outside the tree or into .git/. (The agent checks the same on the rea
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from harness.agent.tree import numstat_paths
+from harness.common.diffheaders import diff_files
+from harness.common.patchpaths import name_refusals
 from harness.errors import ConfigError
 from harness.experiments.patchsets import diff_paths, load_patch_set
 
@@ -114,3 +118,111 @@ def test_a_tracked_link_given_a_target_outside_is_refused(tmp_path):
             "\\ No newline at end of file\n+/etc\n\\ No newline at end of file\n")
     err = refusal(tmp_path, [text], {"lnk/passwd": "x\n"})
     assert "lnk" in str(err) and "/etc" in str(err) and err.file is not None and err.file.name == "0001.patch"
+
+
+# ------------------------------------------------------------------ every form of diff `git apply` reads (#48)
+
+NEW = "@@ -0,0 +1 @@\n+x\n"
+STAMP = "\t2026-01-01 10:00:00.000000000 +0000"
+# (the patch, the line that names the path, the path as the patch writes it)
+HOSTILE = {
+    "plain diff, absolute target": ("--- /dev/null\n+++ /tmp/harness-48\n" + NEW, 2, "/tmp/harness-48"),
+    "plain diff, timestamps": (f"--- /dev/null{STAMP}\n+++ /tmp/harness-48{STAMP}\n" + NEW, 2, "/tmp/harness-48"),
+    "plain diff, --- fine and +++ absolute": ("--- a/pkg/x.py\n+++ /tmp/harness-48\n@@ -1 +1 @@\n-a\n+b\n", 2,
+                                              "/tmp/harness-48"),
+    "plain diff, --- absolute and +++ fine": ("--- /etc/passwd\n+++ b/pkg/x.py\n@@ -1 +1 @@\n-a\n+b\n", 1,
+                                              "/etc/passwd"),
+    "plain diff, trailing spaces": ("--- /dev/null\n+++ /tmp/harness-48  \n" + NEW, 2, "/tmp/harness-48  "),
+    "plain diff, CRLF line ends": ("--- /dev/null\r\n+++ /tmp/harness-48\r\n@@ -0,0 +1 @@\r\n+x\r\n", 2,
+                                   "/tmp/harness-48"),
+    "plain diff, /dev/null on both sides": ("--- /dev/null\n+++ /dev/null\n" + NEW, 2, "/dev/null"),
+    "plain diff, quoted absolute": ('--- /dev/null\n+++ "/tmp/harness-\\064\\070"\n' + NEW, 2, "/tmp/harness-48"),
+    "plain diff, quote never closed": ('--- /dev/null\n+++ "/tmp/harness-48\n' + NEW, 2, '"/tmp/harness-48'),
+    "plain diff, b//abs": ("--- /dev/null\n+++ b//tmp/harness-48\n" + NEW, 2, "b//tmp/harness-48"),
+    "plain diff, b/../../": ("--- /dev/null\n+++ b/../../etc/x\n" + NEW, 2, "b/../../etc/x"),
+    "plain diff, octal dots": ('--- /dev/null\n+++ "b/\\056\\056/x"\n' + NEW, 2, "b/../x"),
+    "plain diff, backslash dots": ("--- /dev/null\n+++ b/..\\..\\x\n" + NEW, 2, "b/..\\..\\x"),
+    "plain diff, drive letter": ("--- /dev/null\n+++ b/C:\\Windows\\x\n" + NEW, 2, "b/C:\\Windows\\x"),
+    "plain diff, '..' before a space-separated timestamp": (
+        "--- /dev/null\n+++ b/sp ace/.. 2026-01-01 10:00:00.000000000 +0000\n" + NEW, 2, "b/sp ace/.."),
+    "plain diff, -p0 guessed from an earlier name": (
+        "--- /dev/null\n+++ notes\n" + NEW + "--- /dev/null\n+++ ../outside\n" + NEW, 6, "../outside"),
+    "plain diff, header after a hunk git never opens": (
+        "--- a/x\n@@ -1,3 +1,3 @@\n--- /dev/null\n+++ /tmp/harness-48\n" + NEW, 4, "/tmp/harness-48"),
+    "git diff, +++ absolute": ("diff --git a/tmp/harness-48 b/tmp/harness-48\nnew file mode 100644\n"
+                               "--- /dev/null\n+++ /tmp/harness-48\n" + NEW, 4, "/tmp/harness-48"),
+    "git diff, absolute header": ("diff --git /tmp/harness-48 /tmp/harness-48\nnew file mode 100644\n"
+                                  "index 0000000..e69de29\n", 1, "/tmp/harness-48"),
+    "git diff, '..' header": ("diff --git a/../x b/../x\nnew file mode 100644\nindex 0000000..e69de29\n", 1,
+                              "a/../x"),
+    "git diff, /dev/null without new file mode": ("diff --git a/x b/x\n--- /dev/null\n+++ b/x\n" + NEW, 2,
+                                                  "/dev/null"),
+    "git diff, rename to absolute": ("diff --git a/pkg/x.py b/tmp/y.py\nsimilarity index 100%\n"
+                                     "rename from pkg/x.py\nrename to /tmp/y.py\n", 4, "/tmp/y.py"),
+    "git diff, rename old/new absolute": ("diff --git a/pkg/x.py b/pkg/y.py\nold mode 100644\nnew mode 100755\n"
+                                          "similarity index 100%\nrename old /tmp/x.py\nrename new pkg/y.py\n", 5,
+                                          "/tmp/x.py"),
+    "git diff, copy to '..'": ("diff --git a/pkg/x.py b/y.py\nsimilarity index 100%\ncopy from pkg/x.py\n"
+                               "copy to ../y.py\n", 4, "../y.py"),
+    "git diff, quoted rename into .git": ('diff --git a/pkg/x.py "b/\\056git/config"\nsimilarity index 100%\n'
+                                          'rename from pkg/x.py\nrename to "\\056git/config"\n', 1, "b/.git/config"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(HOSTILE))
+def test_every_form_of_diff_naming_a_path_outside_the_tree_is_refused_at_its_line(tmp_path, form):
+    text, line, path = HOSTILE[form]
+    err = refusal(tmp_path, [text])
+    assert err.file is not None and err.file.name == "0001.patch" and err.line == line, str(err)
+    assert f"0001.patch:{line}: " in str(err) and path in str(err), str(err)
+    assert "relative to the repo root" in str(err.hint)
+
+
+def test_the_issues_patch_set_is_refused_with_the_file_line_and_what_to_do(tmp_path):
+    err = refusal(tmp_path, [HOSTILE["plain diff, absolute target"][0]])
+    assert str(err).startswith(f"{tmp_path}/patches/hostile/0001.patch:2: ")
+    assert "/tmp/harness-48 is an absolute path" in str(err)
+    assert "hint: name files relative to the repo root as `git diff` does" in str(err)
+
+
+BENIGN = {
+    "git diff, quoted names with a space and a tab": (
+        'diff --git "a/sp ace\\tx" "b/sp ace\\tx"\nnew file mode 100644\nindex 0000000..587be6b\n--- /dev/null\n'
+        '+++ "b/sp ace\\tx"\n' + NEW),
+    "plain diff, tab timestamps": f"--- a/pkg/x.py{STAMP}\n+++ b/pkg/x.py{STAMP}\n@@ -1 +1 @@\n-a\n+b\n",
+    "plain diff, space timestamps": "--- a/pkg/x.py 2026-01-01 10:00:00\n+++ b/pkg/x.py 2026-01-01 10:00:00\n"
+                                    "@@ -1 +1 @@\n-a\n+b\n",
+    "plain diff, names without a folder (-p0)": "--- x.py\n+++ x.py\n@@ -1 +1 @@\n-a\n+b\n",
+    "plain diff, a deletion": "--- a/pkg/x.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n",
+    "plain diff, CRLF": "--- /dev/null\r\n+++ b/pkg/new.py\r\n@@ -0,0 +1 @@\r\n+x\r\n",
+    "plain diff, a backslash in a name": "--- /dev/null\n+++ b/pkg/back\\slash.py\n" + NEW,
+    "git diff, rename": "diff --git a/pkg/x.py b/pkg/y.py\nsimilarity index 100%\nrename from pkg/x.py\n"
+                        "rename to pkg/y.py\n",
+    "git diff, deletion": "diff --git a/pkg/x.py b/pkg/x.py\ndeleted file mode 100644\nindex 2e65efe..0000000\n"
+                          "--- a/pkg/x.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n",
+}
+
+
+@pytest.mark.parametrize("form", sorted(BENIGN))
+def test_a_diff_inside_the_tree_is_read_and_its_paths_are_the_ones_git_reads(tmp_path, form):
+    """Not a refusal list that refuses everything: each form loads, and the path each file section writes
+    is the one git reads (`git apply --numstat` names a rename by its new path)."""
+    text = BENIGN[form]
+    load_patch_set(make_set(tmp_path, [text]), "hostile")
+    (tmp_path / "p.patch").write_bytes(text.encode())
+    out = subprocess.run(["git", "apply", "--numstat", "-z", str(tmp_path / "p.patch")], cwd=tmp_path,
+                         capture_output=True, check=True).stdout.decode()
+    assert {f.new for f in diff_files(text)} == numstat_paths(out)
+
+
+@pytest.mark.parametrize("form", sorted(HOSTILE))
+def test_the_agents_check_refuses_the_same_names_at_the_same_lines(form):
+    """One parser for both halves: the host's check (before git reads a patch) says what the controller says."""
+    text, line, path = HOSTILE[form]
+    assert [(r.line, r.path) for r in name_refusals("0001.patch", text)][:1] == [(line, path)]
+
+
+def test_a_context_diff_git_does_not_apply_is_no_diff(tmp_path):
+    text = "*** /dev/null\n--- /tmp/harness-48\n***************\n*** 0 ****\n--- 1 ----\n+ x\n"
+    with pytest.raises(ConfigError, match="not a diff git can apply"):
+        load_patch_set(make_set(tmp_path, [text]), "hostile")

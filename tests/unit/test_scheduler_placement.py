@@ -125,6 +125,29 @@ def test_a_host_dying_midway_leaves_its_work_to_the_others(tmp_path):
     assert log.totals_seen[-1] == (9, 0, 0)
 
 
+def test_an_unforeseen_exception_is_the_hosts_failure_and_the_sweep_still_ends(tmp_path):
+    """An attempt that raises what no one foresaw (the SSH transport once let paramiko's bare EOFError through
+    when sshd hung up mid-handshake) must not kill its worker with the attempt still marked running: the other
+    workers waited for it, and the sweep never ended. It is the host's failure: down after two in a row, saying
+    why; what it could run goes elsewhere, and what only it could run is left for a resume, not lost."""
+    hosts = {"a": _host("sm90"), "b": _host("sm100")}  # only `b` can run trtllm_mla: it must take work
+    f = _sweep(tmp_path, ["flashinfer-mla", "trtllm_mla"])
+    runner = FakeRunner()
+    runner.unexpected["b"] = EOFError()
+    sched = _scheduler(tmp_path, f, hosts, runner, Log())
+    box = {}
+    ended = threading.Event()
+    threading.Thread(target=lambda: (box.update(outcome=sched.run()), ended.set()), daemon=True).start()
+    if not ended.wait(30):
+        sched.cancel.set()  # let the stuck sweep go, then fail
+        ended.wait(30)
+        raise AssertionError("the sweep never ended: a worker died with its attempt running")
+    outcome = box["outcome"]
+    assert set(outcome.down) == {"b"} and outcome.down["b"].reason.startswith("EOFError (2 failures in a row)")
+    assert sorted((r.experiment, r.status, r.host) for r in outcome.done) == [("s-flashinfer-mla", Status.OK, "a")] * 2
+    assert sorted((a.name, a.round) for a in outcome.left) == [("s-trtllm_mla", 1), ("s-trtllm_mla", 2)]
+
+
 def test_work_only_down_hosts_could_run_is_left_for_a_resume(tmp_path):
     """Both sm90 hosts die at once: nothing is refused (a known sm90 host would run it), all is left, the sweep
     ends. At once: had one host failed an attempt and the other then failed the same attempt before either

@@ -30,7 +30,8 @@ own KV range from the row's length, and programs past the end of a short row exi
 On Hopper with an FP8 cache, ``mla_decode`` runs the CUDA C++ kernel of the sibling module
 ``<this module>_cuda`` (``fp8_mla_decode_cuda.py``; explicit shared-memory layout, no byte-wise operand
 loads; 1.2-2.0x faster than this kernel) unless a Triton ``config`` or ``impl="triton"`` is given;
-elsewhere (SM120 has no FlashMLA) and for BF16 caches this Triton kernel is the portable path.
+elsewhere (SM120 has no FlashMLA) and for BF16 caches this Triton kernel is the portable path
+(``fp8_mla_decode_cuda.path_for(capability)`` says which one a GPU gets).
 
 Measured on one H200 (benchmarks/results/fp8_mla_decode_triton_2026-11-29.md): 1.5-1.7 TB/s of FP8
 rows at batch >= 8 with long rows, 1.1 TB/s at batch 1 x 128K; faster than SGLang's Triton decode on

@@ -27,12 +27,25 @@ explicit:
 - Split partials (FP32 + log2-sum-exp): with up to 16 splits the last split CTA of a row merges them
   (one launch), its weights computed once and up to 32 partial loads in flight per thread (a merge
   with two dependent L2 round trips per head had cost ~10 us at the end of each call); with more
-  (small batches) a second kernel does, 64 channels per CTA. One split writes BF16 directly.
+  a second kernel does, 64 channels per CTA. One split writes BF16 directly.
+- Small batches (while one wave gives every (row, head tile) a cluster: batch <= 32 at 8/16 heads;
+  benchmarks/results/fp8_mla_small_batch_plan.md): ``mla_fp8_split_cl``, the same CTA in clusters of
+  8 (``__cluster_dims__``), one launch. The splits of a cluster merge through distributed shared
+  memory (each CTA's O / l is already staged in its shared memory; rank r reduces channels
+  64 r .. 64 r + 63 of all heads over the 8 CTAs); a row whose tokens fit one cluster is then written.
+  Longer rows spread over up to 64 clusters; each writes one merged partial (8x fewer partials than
+  splits) and counts itself in; the last cluster of the row merges them, again 8 CTAs in parallel,
+  and resets its counter. The split count depends on batch and heads only (one wave of the resident
+  clusters the driver reports), so one CUDA graph serves every length; ``CudaConfig(cluster=0)``
+  is the plan before it.
 
 Measured on one H200 against FlashMLA's FP8 kernel on the same pages
 (benchmarks/results/fp8_mla_decode.md): faster at 8/16 heads with long rows (up to 1.29x, 3.3-3.7
 TB/s at batch >= 64 and 32K+), slower on short rows and at 64/128 heads, where FlashMLA's FP8 wgmma
 tiles of 64 heads do 4-8x less work per token than 16-head mma.sync tiles.
+
+Where it runs: ``path_for`` (sm_90 only; the same source builds for sm_89, sm_100a and sm_120 and is
+compiled for them in tests/gpu/test_fp8_mla_cuda_host.py, but the dispatch gives those GPUs Triton).
 
 Host side: compiled modules, functions, the split workspace and each (batch, heads) launch plan are
 cached per device; each tensor attribute is read once per call (the layout check uses the values
@@ -62,6 +75,8 @@ LOG2E = 1.4426950408889634
 HEAD_TILE = 16  # heads per CTA (the MMA's M); 8 heads are padded
 MERGE_COLS = 64  # output channels per CTA of the separate merge kernel (the source's MERGE_COLS)
 FUSED_MERGE_LIMIT = 16  # most splits the fused merge handles (its weights: 16 heads x 16 splits)
+MAX_SPLITS = 512  # most splits of a row (the merge kernel's weight table; 64 clusters of 8)
+CLUSTER_SIZES = (0, 2, 4, 8)  # split CTAs per cluster of the small-batch kernel; 0: no small-batch plan
 
 CUDA_SOURCE = r"""
 typedef unsigned int u32;
@@ -83,6 +98,12 @@ typedef long long i64;
    fits 2 CTAs per SM without spills, and measured fastest of 0/16/24 */
 #define Q_REG_KSTEPS 24
 #endif
+#ifndef CLUSTER
+#define CLUSTER 8        /* split CTAs per cluster of the small-batch kernel: 2, 4 or 8 */
+#endif
+#if CLUSTER != 2 && CLUSTER != 4 && CLUSTER != 8
+#error "CLUSTER must be 2, 4 or 8"
+#endif
 #define NW 4
 #define THREADS (NW * 32)
 #define TPW (BLOCK_N / NW)     /* tokens per warp in Q.K^T: 8 or 16 */
@@ -94,7 +115,8 @@ typedef long long i64;
 #define ALL_CHUNKS 36
 #define KSTEPS 36        /* 576 / 16 */
 
-/* Shared-memory map (bytes): [nope stages][rope stages][Q][P][row offsets][token scales][reductions] */
+/* Shared-memory map (bytes): [nope stages][rope stages][Q][P][row offsets][token scales][reductions]
+   [lse of the 16 heads, the cluster flag] */
 #define SM_NOPE 0
 #define SM_ROPE (SM_NOPE + STAGES * BLOCK_N * 512)
 #define SM_Q (SM_ROPE + STAGES * BLOCK_N * 64)
@@ -102,7 +124,8 @@ typedef long long i64;
 #define SM_IDX (SM_P + 16 * P_ROW)
 #define SM_TS (SM_IDX + STAGES * BLOCK_N * 8)
 #define SM_RED (SM_TS + STAGES * BLOCK_N * 4)
-#define SM_TOTAL (SM_RED + 2 * NW * 16 * 4 + NW * 4)
+#define SM_CL (SM_RED + 2 * NW * 16 * 4 + NW * 4)  /* 16 lse, then the cluster's flag */
+#define SM_TOTAL (SM_CL + 16 * 4 + 16)
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 r;
@@ -215,40 +238,21 @@ __device__ __forceinline__ int split_chunk(int seq_len, int num_splits, int min_
   return chunk > min_chunk ? chunk : min_chunk;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
-mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, const u8* __restrict__ kv,
-              const int* __restrict__ indptr, const int* __restrict__ indices,
-              const float* __restrict__ token_scale, const float* __restrict__ k_scale_ptr,
-              float* __restrict__ mid_o, float* __restrict__ mid_lse, u16* __restrict__ out,
-              int* __restrict__ arrivals, float qk_scale, float v_scale, int min_chunk, int num_heads,
-              i64 s_qn_b, i64 s_qn_h, i64 s_qr_b, i64 s_qr_h, i64 s_kv, i64 s_o_b, i64 s_o_h)
+/* Shared by every kernel of the module (the split kernels' dynamic shared memory). */
+extern __shared__ __align__(128) u8 smem[];
+
+/* One split's attention, from its token range to O / l staged in shared memory: [16 heads][512] fp32 at
+   offset 0 (over the KV stages, which are done with), scaled by out_scale, and each head's log2-sum-exp
+   (m + log2 l) in s_lse[16]. Ends without a barrier: the caller syncs (its CTA or its cluster). */
+__device__ __forceinline__ void attend(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope,
+                                       const u8* __restrict__ kv, const int* __restrict__ indices,
+                                       const float* __restrict__ token_scale, const float* __restrict__ k_scale_ptr,
+                                       float qk_scale, float out_scale, int num_heads, int head0, int b,
+                                       int row_start, int lo, int hi, i64 s_qn_b, i64 s_qn_h, i64 s_qr_b,
+                                       i64 s_qr_h, i64 s_kv)
 {
-  extern __shared__ __align__(128) u8 smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int head0 = blockIdx.x * 16;
-  const int split = blockIdx.y, num_splits = gridDim.y;
-  const int b = blockIdx.z;
-
-  const int row_start = indptr[b];
-  const int seq_len = indptr[b + 1] - row_start;
-  const int chunk = split_chunk(seq_len, num_splits, min_chunk);
-  const int lo = split * chunk;
-  const int hi = min(lo + chunk, seq_len);
-  const bool write_out = num_splits == 1;
-  const i64 ml_base = ((i64)b * num_heads + head0) * num_splits + split;  /* + h * num_splits */
-
-  if (lo >= hi) {  /* an empty split: only its "nothing here" marker (or zeros for an empty row) */
-    if (write_out || (arrivals != nullptr && seq_len == 0 && split == 0)) {
-      for (int i = tid; i < 16 * 512; i += THREADS) {
-        int h = i / 512, c = i % 512;
-        if (head0 + h < num_heads) out[b * s_o_b + (head0 + h) * s_o_h + c] = 0;
-      }
-    } else if (tid < 16 && head0 + tid < num_heads) {
-      mid_lse[ml_base + (i64)tid * num_splits] = -__int_as_float(0x7f800000);
-    }
-    return;
-  }
   const int n_steps = (hi - lo + BLOCK_N - 1) / BLOCK_N;
   const int* rows = indices + row_start;
   const bool has_ts = token_scale != nullptr;
@@ -526,7 +530,7 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   float* o_s = (float*)smem;
   float inv_l[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) inv_l[r] = (l_run[r] > 0.f ? 1.f / l_run[r] : 0.f) * (write_out ? v_scale : 1.f);
+  for (int r = 0; r < 2; ++r) inv_l[r] = (l_run[r] > 0.f ? 1.f / l_run[r] : 0.f) * out_scale;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const int c0 = warp * 128 + 16 * (2 * t) + j, c1 = c0 + 16;
@@ -535,15 +539,58 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
     o_s[(g + 8) * 512 + c0] = oacc[j][2] * inv_l[1];
     o_s[(g + 8) * 512 + c1] = oacc[j][3] * inv_l[1];
   }
-  if (t == 0 && !write_out) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int h = g + 8 * r;
-      if (warp == 0 && head0 + h < num_heads)
-        mid_lse[ml_base + (i64)h * num_splits] = m_run[r] + __log2f(l_run[r]);
-    }
+  if (t == 0 && warp == 0) {
+    float* s_lse = (float*)(smem + SM_CL);
+    s_lse[g] = m_run[0] + __log2f(l_run[0]);
+    s_lse[g + 8] = m_run[1] + __log2f(l_run[1]);
   }
+}
+
+/* The split's token range and the row it reads: the same arithmetic in every kernel. */
+#define ROW_RANGE                                                          \
+  const int row_start = indptr[b];                                        \
+  const int seq_len = indptr[b + 1] - row_start;                          \
+  const int chunk = split_chunk(seq_len, num_splits, min_chunk);          \
+  const int lo = split * chunk;                                           \
+  const int hi = min(lo + chunk, seq_len)
+
+#define SPLIT_PARAMS                                                                                        \
+  const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, const u8* __restrict__ kv,               \
+  const int* __restrict__ indptr, const int* __restrict__ indices, const float* __restrict__ token_scale,  \
+  const float* __restrict__ k_scale_ptr, float* __restrict__ mid_o, float* __restrict__ mid_lse,           \
+  u16* __restrict__ out, int* __restrict__ arrivals, float qk_scale, float v_scale, int min_chunk,         \
+  int num_heads, i64 s_qn_b, i64 s_qn_h, i64 s_qr_b, i64 s_qr_h, i64 s_kv, i64 s_o_b, i64 s_o_h
+
+/* The split kernel of the large-batch plan: grid (head tiles, splits, batch), one CTA per (tile, split,
+   row). One split writes the output; up to FUSED_MERGE_LIMIT the last split CTA of a row merges; more
+   leave their partials to mla_fp8_merge. */
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) mla_fp8_split(SPLIT_PARAMS)
+{
+  const int tid = threadIdx.x;
+  const int head0 = blockIdx.x * 16;
+  const int split = blockIdx.y, num_splits = gridDim.y;
+  const int b = blockIdx.z;
+  ROW_RANGE;
+  const bool write_out = num_splits == 1;
+  const i64 ml_base = ((i64)b * num_heads + head0) * num_splits + split;  /* + h * num_splits */
+
+  if (lo >= hi) {  /* an empty split: only its "nothing here" marker (or zeros for an empty row) */
+    if (write_out || (arrivals != nullptr && seq_len == 0 && split == 0)) {
+      for (int i = tid; i < 16 * 512; i += THREADS) {
+        int h = i / 512, c = i % 512;
+        if (head0 + h < num_heads) out[b * s_o_b + (head0 + h) * s_o_h + c] = 0;
+      }
+    } else if (tid < 16 && head0 + tid < num_heads) {
+      mid_lse[ml_base + (i64)tid * num_splits] = -__int_as_float(0x7f800000);
+    }
+    return;
+  }
+  attend(q_nope, q_rope, kv, indices, token_scale, k_scale_ptr, qk_scale, write_out ? v_scale : 1.f, num_heads,
+         head0, b, row_start, lo, hi, s_qn_b, s_qn_h, s_qr_b, s_qr_h, s_kv);
+  const float* o_s = (const float*)smem;
   __syncthreads();
+  if (!write_out && tid < 16 && head0 + tid < num_heads)
+    mid_lse[ml_base + (i64)tid * num_splits] = ((const float*)(smem + SM_CL))[tid];
   for (int i = tid; i < 16 * 128; i += THREADS) {  /* 16 heads x 128 float4 */
     const int h = i >> 7, c4 = (i & 127) * 4;
     if (head0 + h >= num_heads) continue;
@@ -607,6 +654,212 @@ mla_fp8_split(const u16* __restrict__ q_nope, const u16* __restrict__ q_rope, co
   else if (active <= 8) fused_merge_columns<4, 8>(src, w_s, dst, heads_here, active, num_splits, s_o_h, tid * 4);
   else fused_merge_columns<2, 16>(src, w_s, dst, heads_here, active, num_splits, s_o_h, tid * 4);
 }
+
+#if __CUDA_ARCH__ >= 900
+/* ---- The small-batch plan: a cluster of CLUSTER split CTAs per (head tile, row) merges through
+   distributed shared memory, and the clusters of a row through the workspace, in the same launch ---- */
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+/* Every thread of the cluster: its earlier shared (and, with a fence before, global) writes are seen by
+   every thread of the cluster after the barrier. */
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ u32 map_rank(u32 addr, u32 rank) {  /* our shared address in CTA `rank` */
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float ld_cluster(u32 addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster4(u32 addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_cluster(u32 addr, int v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_out4(u16* dst, float4 v, float k) {
+  uint2 pk;
+  pk.x = (u32)float_to_out(v.x * k) | ((u32)float_to_out(v.y * k) << 16);
+  pk.y = (u32)float_to_out(v.z * k) | ((u32)float_to_out(v.w * k) << 16);
+  *(uint2*)dst = pk;
+}
+
+/* Columns of a cluster rank's slice, and float4s of it per thread: thread (head tid / 8, q = tid % 8)
+   takes float4 f * 8 + q of the slice, f < CL_F4, so that 8 threads of a head read 128 contiguous bytes. */
+#define CL_COLS (512 / CLUSTER)
+#define CL_F4 (CL_COLS / 32)
+#define CL_BATCH (32 / CL_F4)  /* partials a thread loads at once in the row's merge: 32 float4 in flight */
+
+/* The split kernel of the small-batch plan. Grid (head tiles, splits, batch), clusters of CLUSTER
+   consecutive splits; every CTA of a cluster with tokens takes part in its merge (one without tokens
+   too, with an lse of -inf), a cluster with none exits at once. Each CTA stages O / l and its lse
+   (attend); after a cluster barrier, rank r merges channels [r CL_COLS, (r + 1) CL_COLS) of all 16 heads
+   over the cluster's CTAs, reading their shared memory. A row whose tokens fit one cluster is done: the
+   output is written. Otherwise each cluster writes its merged partial (fp32 + lse) to the workspace,
+   [b][head][cluster][512], and counts itself in at the (row, tile) counter; the last cluster to arrive
+   merges the row's clusters, rank r again its channels, and resets the counter (CUDA-graph safe). The
+   split count depends on batch and heads only; lengths are read here. */
+extern "C" __global__ void __cluster_dims__(1, CLUSTER, 1) __launch_bounds__(THREADS, MIN_CTAS)
+mla_fp8_split_cl(SPLIT_PARAMS)
+{
+  const int tid = threadIdx.x;
+  const int head0 = blockIdx.x * 16;
+  const int split = blockIdx.y, num_splits = gridDim.y;
+  const int b = blockIdx.z;
+  ROW_RANGE;
+  const float NEG_INF = -__int_as_float(0x7f800000);
+  const int active = seq_len > 0 ? min((seq_len + chunk - 1) / chunk, num_splits) : 0;
+  const int cl = split / CLUSTER, n_cl = num_splits / CLUSTER;
+  const int n_act = (active + CLUSTER - 1) / CLUSTER;  /* clusters of the row with tokens */
+  if (cl >= n_act) {  /* the whole cluster is past the row's end (uniform in the cluster) */
+    if (seq_len == 0 && split == 0) {
+      for (int i = tid; i < 16 * 512; i += THREADS) {
+        const int h = i / 512, c = i % 512;
+        if (head0 + h < num_heads) out[b * s_o_b + (head0 + h) * s_o_h + c] = 0;
+      }
+    }
+    return;
+  }
+  float* s_lse = (float*)(smem + SM_CL);
+  if (lo < hi)
+    attend(q_nope, q_rope, kv, indices, token_scale, k_scale_ptr, qk_scale, 1.f, num_heads, head0, b, row_start,
+           lo, hi, s_qn_b, s_qn_h, s_qr_b, s_qr_h, s_kv);
+  else if (tid < 16)
+    s_lse[tid] = NEG_INF;  /* no tokens here: weight 0, its staging area is never read */
+  cluster_sync();  /* every CTA's O / l and lse staged */
+
+  const u32 rank = cluster_rank();
+  const int h = tid >> 3, q = tid & 7;
+  const int col0 = (int)rank * CL_COLS + 4 * q;  /* + 32 f */
+  const bool head_live = head0 + h < num_heads;
+  const u32 lse_addr = smem_addr(s_lse + h), o_addr = smem_addr(smem) + (u32)(h * 512 + col0) * 4;
+  float lse[CLUSTER], m = NEG_INF;
+#pragma unroll
+  for (int j = 0; j < CLUSTER; ++j) {
+    lse[j] = ld_cluster(map_rank(lse_addr, j));
+    m = fmaxf(m, lse[j]);
+  }
+  /* All CLUSTER x CL_F4 loads at once, with the lse's; a CTA without tokens (lse -inf in every head) staged
+     nothing, so what its area holds is replaced by zeros, never multiplied (0 x NaN is NaN). */
+  float4 part[CLUSTER][CL_F4];
+#pragma unroll
+  for (int j = 0; j < CLUSTER; ++j) {
+    const u32 src = map_rank(o_addr, j);
+#pragma unroll
+    for (int f = 0; f < CL_F4; ++f) part[j][f] = ld_cluster4(src + f * 128);
+  }
+#pragma unroll
+  for (int j = 0; j < CLUSTER; ++j)
+    if (lse[j] == NEG_INF)
+#pragma unroll
+      for (int f = 0; f < CL_F4; ++f) part[j][f] = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc[CL_F4];
+#pragma unroll
+  for (int f = 0; f < CL_F4; ++f) acc[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+  float den = 0.f;
+#pragma unroll
+  for (int j = 0; j < CLUSTER; ++j) {
+    const float w = lse[j] == NEG_INF ? 0.f : fast_exp2(lse[j] - m);
+    den += w;
+#pragma unroll
+    for (int f = 0; f < CL_F4; ++f) {
+      acc[f].x += w * part[j][f].x; acc[f].y += w * part[j][f].y;
+      acc[f].z += w * part[j][f].z; acc[f].w += w * part[j][f].w;
+    }
+  }
+  const float inv = den > 0.f ? 1.f / den : 0.f;
+  if (n_act == 1) {  /* the row is this cluster's: the output, then no CTA leaves while others read it */
+    if (head_live) {
+      u16* dst = out + b * s_o_b + (head0 + h) * s_o_h + col0;
+#pragma unroll
+      for (int f = 0; f < CL_F4; ++f) store_out4(dst + 32 * f, acc[f], inv * v_scale);
+    }
+    cluster_sync();
+    return;
+  }
+  /* The cluster's partial, normalised, and its lse (rank 0 writes the lse: every rank has the same). */
+  const i64 row_h = (i64)b * num_heads + head0 + h;  /* [b][head] */
+  if (head_live) {
+    float* dst = mid_o + (row_h * n_cl + cl) * 512 + col0;
+#pragma unroll
+    for (int f = 0; f < CL_F4; ++f)
+      *(float4*)(dst + 32 * f) = make_float4(acc[f].x * inv, acc[f].y * inv, acc[f].z * inv, acc[f].w * inv);
+    if (rank == 0 && q == 0) mid_lse[row_h * n_cl + cl] = den > 0.f ? m + __log2f(den) : NEG_INF;
+  }
+  __threadfence();
+  cluster_sync();  /* the cluster's partial is out; no CTA reads another's shared memory after this */
+  int* flag = (int*)(smem + SM_CL + 64);
+  if (rank == 0 && tid == 0) {  /* fences on both sides of the count: the other clusters' partials, seen by
+                                   this thread, are then seen by every thread of the cluster after the barrier */
+    int* counter = arrivals + b * gridDim.x + blockIdx.x;
+    __threadfence();
+    const int last = atomicAdd(counter, 1) == n_act - 1;
+    __threadfence();
+    if (last) *counter = 0;  /* for the next call */
+#pragma unroll
+    for (int j = 0; j < CLUSTER; ++j) st_cluster(map_rank(smem_addr(flag), j), last);
+  }
+  cluster_sync();  /* the flag is in every CTA */
+  if (!*flag) return;
+  __threadfence();
+  /* The last cluster: the row's n_act partials, rank r its channels, CL_BATCH clusters at a time, their
+     lse's loaded with them (one round trip a batch; one batch up to 16 clusters of 8); the running maximum
+     rescales what is summed when a later batch raises it. */
+  m = NEG_INF;
+  den = 0.f;
+#pragma unroll
+  for (int f = 0; f < CL_F4; ++f) acc[f] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* src = mid_o + row_h * n_cl * 512 + col0;
+  for (int c0 = 0; c0 < n_act; c0 += CL_BATCH) {
+    float4 p[CL_BATCH][CL_F4];
+    float l[CL_BATCH];
+#pragma unroll
+    for (int u = 0; u < CL_BATCH; ++u) {
+      const bool here = head_live && c0 + u < n_act;
+      l[u] = here ? __ldcg(mid_lse + row_h * n_cl + c0 + u) : NEG_INF;
+#pragma unroll
+      for (int f = 0; f < CL_F4; ++f)
+        p[u][f] = here ? __ldcg((const float4*)(src + (i64)(c0 + u) * 512 + 32 * f)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < CL_BATCH; ++u) mb = fmaxf(mb, l[u]);
+    const float rescale = m == NEG_INF ? 0.f : fast_exp2(m - mb);  /* nothing summed yet: 0 x 0 */
+    den *= rescale;
+#pragma unroll
+    for (int f = 0; f < CL_F4; ++f) {
+      acc[f].x *= rescale; acc[f].y *= rescale; acc[f].z *= rescale; acc[f].w *= rescale;
+    }
+#pragma unroll
+    for (int u = 0; u < CL_BATCH; ++u) {
+      const float w = l[u] == NEG_INF ? 0.f : fast_exp2(l[u] - mb);
+      den += w;
+#pragma unroll
+      for (int f = 0; f < CL_F4; ++f) {
+        acc[f].x += w * p[u][f].x; acc[f].y += w * p[u][f].y; acc[f].z += w * p[u][f].z; acc[f].w += w * p[u][f].w;
+      }
+    }
+    m = mb;
+  }
+  if (head_live) {
+    const float k = den > 0.f ? v_scale / den : 0.f;
+#pragma unroll
+    for (int f = 0; f < CL_F4; ++f) store_out4(out + b * s_o_b + (head0 + h) * s_o_h + col0 + 32 * f, acc[f], k);
+  }
+}
+#endif
+
+
 
 /* Log-sum-exp merge of the splits (more than the fused merge takes: small batches). CTA = (row, head)
    x an eighth of the channels (64); 8 warps, each half-warp a split at a time (lane & 15 a float4):
@@ -832,6 +1085,27 @@ class _Driver:
         # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
         self.check(self.lib.cuFuncSetAttribute(func, 8, nbytes), "cuFuncSetAttribute")
 
+    def max_active_clusters(self, func: ctypes.c_void_p, cluster: int, smem: int) -> int | None:
+        """Clusters of a kernel with a compile-time cluster size resident at once (128 threads a CTA), or
+        None where the driver does not say."""
+        query = getattr(self.lib, "cuOccupancyMaxActiveClusters", None)
+        if query is None:
+            return None
+        cfg = _LaunchConfig(1, cluster, 1, 128, 1, 1, smem, None, None, 0)
+        n = ctypes.c_int(0)
+        rc = query(ctypes.byref(n), func, ctypes.byref(cfg))
+        return n.value if rc == 0 and n.value > 0 else None
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig: grid, block, dynamic shared memory, stream, attributes (none: the kernel's own cluster
+    size applies)."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
 
 # ---------------------------------------------------------------------------------------------
 # Argument blocks: the kernel's parameters packed (struct, natural alignment) into one reused buffer
@@ -871,20 +1145,47 @@ class CudaConfig:
     # Up to this many splits the last split CTA of a row merges (one launch); more (small batches)
     # get the separate merge kernel, whose many CTAs read the partials in parallel.
     fused_merge_max: int = FUSED_MERGE_LIMIT
+    # The small-batch plan (mla_fp8_split_cl): clusters of this many split CTAs merge through distributed
+    # shared memory, the clusters of a row through the workspace, all in one launch; taken while every
+    # (row, head tile) gets at least one cluster in one wave. 0: the large-batch plan for every batch
+    # (split kernel with the fused merge or the merge kernel), the plan of 2026-12-01.
+    cluster: int = 8
+    # Clusters x cluster size resident at once, what the small-batch plan fills; 0: ask the driver
+    # (cuOccupancyMaxActiveClusters). Tests set it to force several clusters per row.
+    cluster_slots: int = 0
+    # Most clusters per (row, head tile), 0: as many as one wave holds (MAX_SPLITS / cluster at most). Fewer
+    # make the last cluster's merge shorter and each split longer (batch 1 with long rows).
+    row_clusters_max: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.fused_merge_max <= FUSED_MERGE_LIMIT:
             raise ValueError(f"fused_merge_max must be 0..{FUSED_MERGE_LIMIT} (the fused merge's weight table), "
                              f"got {self.fused_merge_max}")
+        if self.cluster not in CLUSTER_SIZES:
+            raise ValueError(f"cluster must be one of {CLUSTER_SIZES}, got {self.cluster}")
+        if self.cluster_slots < 0 or self.row_clusters_max < 0:
+            raise ValueError(f"cluster_slots and row_clusters_max must be >= 0, got {self.cluster_slots}, "
+                             f"{self.row_clusters_max}")
+
+    def nvrtc_options(self, q_fp16: bool) -> list[str]:
+        """The -D switches of this geometry and Q dtype (what a module is compiled with; configs that differ
+        only in the plan, cluster 0 or 8 included, share one module)."""
+        opts = [f"-DSTAGES={self.stages}", f"-DBLOCK_N={self.block_n}", f"-DMIN_CTAS={self.ctas_per_sm}",
+                f"-DCLUSTER={self.cluster or 8}"]
+        return opts + (["-DQ_FP16"] if q_fp16 else []) + [f"-D{d}" for d in self.defines]
 
 
-_DEFAULT = CudaConfig()
+# What a call without a config runs (the serving path): the plan of 2026-12-01, measured on the H200, until the
+# small-batch plan (CudaConfig's own default, cluster=8) has passed its GPU call (scripts/gpu/kernel_small_batch.sh;
+# issue 47: written and checked on the CPU only, no device time was left).
+_DEFAULT = CudaConfig(cluster=0)
 
 
 def _smem_bytes(stages: int, block_n: int) -> int:
-    """Dynamic shared memory of the split kernel (its SM_TOTAL)."""
+    """Dynamic shared memory of the split kernels (their SM_TOTAL)."""
     nope, rope, q, p = stages * block_n * 512, stages * block_n * 64, 36 * 512, 16 * block_n * 2
-    return nope + rope + q + p + stages * block_n * 8 + stages * block_n * 4 + 2 * 4 * 16 * 4 + 4 * 4
+    reductions, cluster = 2 * 4 * 16 * 4 + 4 * 4, 16 * 4 + 16  # [16 lse][the cluster's flag]
+    return nope + rope + q + p + stages * block_n * 8 + stages * block_n * 4 + reductions + cluster
 
 
 class _DeviceKernels:
@@ -894,16 +1195,26 @@ class _DeviceKernels:
         drv = _driver()
         drv.ensure_context(device)
         major, minor = torch.cuda.get_device_capability(device)
-        opts = [f"-DSTAGES={cfg.stages}", f"-DBLOCK_N={cfg.block_n}", f"-DMIN_CTAS={cfg.ctas_per_sm}"]
-        opts += (["-DQ_FP16"] if q_fp16 else []) + [f"-D{d}" for d in cfg.defines]
-        cubin = _nvrtc().compile(CUDA_SOURCE, f"sm_{major}{minor}", opts)
+        key = (f"sm_{major}{minor}", tuple(cfg.nvrtc_options(q_fp16)))
+        cubin = _CUBINS.get(key)
+        if cubin is None:
+            cubin = _CUBINS[key] = _nvrtc().compile(CUDA_SOURCE, key[0], list(key[1]))
         self.cubin = cubin  # kept for disassembly (benchmarks write it out)
-        funcs = drv.load(cubin, ["mla_fp8_split", "mla_fp8_merge"])
+        names = ["mla_fp8_split", "mla_fp8_merge"] + (["mla_fp8_split_cl"] if cfg.cluster else [])
+        funcs = drv.load(cubin, names)
         self.split, self.merge = funcs["mla_fp8_split"], funcs["mla_fp8_merge"]
         self.smem = _smem_bytes(cfg.stages, cfg.block_n)
         assert self.smem >= 16 * 512 * 4, "the epilogue stages the output in the KV buffers"
         drv.set_smem(self.split, self.smem)
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.split_cl: ctypes.c_void_p | None = funcs.get("mla_fp8_split_cl")
+        self.cluster_slots = 0  # CTAs of the small-batch kernel resident at once (whole clusters)
+        if self.split_cl is not None:
+            drv.set_smem(self.split_cl, self.smem)
+            clusters = drv.max_active_clusters(self.split_cl, cfg.cluster, self.smem)
+            if clusters is None:  # no answer: about 90 % of the CTA slots, in whole clusters
+                clusters = self.sms * cfg.ctas_per_sm * 9 // 10 // cfg.cluster
+            self.cluster_slots = cfg.cluster_slots or clusters * cfg.cluster
         self.split_args, self.merge_args = _ArgBlock(_SPLIT_FMT), _ArgBlock(_MERGE_FMT)
         self.workspace: torch.Tensor | None = None
         self.arrivals: torch.Tensor | None = None  # fused-merge counters, zero between calls
@@ -935,6 +1246,7 @@ class _DeviceKernels:
 _NVRTC: _Nvrtc | None = None
 _DRIVER: _Driver | None = None
 _KERNELS: dict[tuple, _DeviceKernels] = {}
+_CUBINS: dict[tuple[str, tuple[str, ...]], bytes] = {}  # (arch, options) -> cubin: one compile per module
 
 
 def _nvrtc() -> _Nvrtc:
@@ -971,14 +1283,40 @@ def supported(device: torch.device | int) -> bool:
         device = device.index if device.index is not None else torch.cuda.current_device()
     ok = _SUPPORTED.get(device)
     if ok is None:
-        ok = _SUPPORTED[device] = device >= 0 and torch.cuda.get_device_capability(device)[0] == 9
+        ok = _SUPPORTED[device] = device >= 0 and path_for(torch.cuda.get_device_capability(device)) == "cuda"
     return ok
 
 
 def num_splits(batch: int, num_heads: int, sms: int, ctas_per_sm: int) -> int:
     """Splits so that one wave fills the SMs; depends only on (batch, heads): CUDA-graph stable."""
     tiles = batch * ((num_heads + HEAD_TILE - 1) // HEAD_TILE)
-    return max(1, min(512, round(sms * ctas_per_sm / tiles)))  # the merge holds <= 512 weights
+    return max(1, min(MAX_SPLITS, round(sms * ctas_per_sm / tiles)))  # the merge holds <= 512 weights
+
+
+def cluster_splits(batch: int, num_heads: int, slots: int, cluster: int, row_max: int = 0) -> int | None:
+    """Splits of the small-batch plan: whole clusters, as many per (row, head tile) as one wave holds
+    (``slots`` CTAs), or None when not every (row, tile) gets a cluster in one wave (then the large-batch
+    plan runs). Depends only on (batch, heads): CUDA-graph stable; each row's tokens spread over as many
+    of its splits as have a step of work, read on the device."""
+    if cluster <= 0:
+        return None
+    pairs = batch * ((num_heads + HEAD_TILE - 1) // HEAD_TILE)
+    per_pair = slots // (cluster * pairs)
+    if per_pair < 1:
+        return None
+    return min(per_pair, MAX_SPLITS // cluster, row_max or MAX_SPLITS) * cluster
+
+
+def path_for(capability: tuple[int, int] | None, fp8: bool = True) -> str:
+    """Which implementation ``fp8_mla_decode.mla_decode`` (impl="auto") runs on a device of this compute
+    capability (None: not a CUDA device): "cuda" (this module: built, tuned and checked on sm_90),
+    "triton" (the portable kernel: any other CUDA GPU, e.g. the seed's RTX PRO 6000, sm_120, and every
+    BF16/FP16 cache) or "reference" (no CUDA device: only ``reference_mla_decode`` computes it, or Triton's
+    CPU interpreter under TRITON_INTERPRET=1). This module's source builds for sm_89, sm_100a and sm_120
+    as well (tests/gpu/test_fp8_mla_cuda_host.py), but runs only where it was measured."""
+    if capability is None:
+        return "reference"
+    return "cuda" if fp8 and capability[0] == 9 else "triton"
 
 
 _GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # looked up once: ~1 us a call
@@ -1033,12 +1371,24 @@ class _Plan:
     ws_ptr: int
     lse_ptr: int
     arrivals_ptr: int
+    cluster: bool = False  # the small-batch kernel (mla_fp8_split_cl): one launch, no merge kernel
 
 
 def _plan(k: _DeviceKernels, cfg: CudaConfig, batch: int, num_heads: int, splits: int | None,
           device: torch.device) -> _Plan:
-    n_split = splits or num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
+    """The launch of a (batch, heads) call: the small-batch plan while one wave gives every (row, head tile)
+    a cluster (and no split count is forced), else the split kernel with its merge."""
     tiles = (num_heads + HEAD_TILE - 1) // HEAD_TILE
+    min_chunk = max(1, -(-cfg.min_chunk // cfg.block_n)) * cfg.block_n
+    small = None if splits or k.split_cl is None else cluster_splits(batch, num_heads, k.cluster_slots, cfg.cluster,
+                                                                     cfg.row_clusters_max)
+    if small is not None:  # partials: one per cluster, [b][head][cluster][512] then [b][head][cluster]
+        n_cl = small // cfg.cluster
+        ws_ptr = k.workspace_for(batch * num_heads * n_cl * (D_NOPE + 1), device).data_ptr()
+        lse_ptr = ws_ptr + batch * num_heads * n_cl * D_NOPE * 4
+        arrivals_ptr = k.arrivals_for(batch * tiles, device).data_ptr()
+        return _Plan((tiles, small, batch), small, False, min_chunk, ws_ptr, lse_ptr, arrivals_ptr, cluster=True)
+    n_split = splits or num_splits(batch, num_heads, k.sms, cfg.ctas_per_sm)
     fused = 1 < n_split <= cfg.fused_merge_max
     ws_ptr = lse_ptr = arrivals_ptr = 0
     if n_split > 1:
@@ -1046,7 +1396,6 @@ def _plan(k: _DeviceKernels, cfg: CudaConfig, batch: int, num_heads: int, splits
         lse_ptr = ws_ptr + batch * num_heads * n_split * D_NOPE * 4
         if fused:
             arrivals_ptr = k.arrivals_for(batch * tiles, device).data_ptr()
-    min_chunk = max(1, -(-cfg.min_chunk // cfg.block_n)) * cfg.block_n
     return _Plan((tiles, n_split, batch), n_split, fused, min_chunk, ws_ptr, lse_ptr, arrivals_ptr)
 
 
@@ -1088,9 +1437,10 @@ def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor
             num_heads, sqn[0], sqn[1], sqr[0], sqr[1], kv_row, so[0], so[1])
         stream = drv.stream(_raw_stream(dev))
         gx, gy, gz = plan.grid
-        rc = drv.launch(k.split, gx, gy, gz, 128, 1, 1, k.smem, stream, k.split_args.params_arg, None)
+        rc = drv.launch(k.split_cl if plan.cluster else k.split, gx, gy, gz, 128, 1, 1, k.smem, stream,
+                        k.split_args.params_arg, None)
         if rc:
-            drv.check(rc, "launch of mla_fp8_split")
+            drv.check(rc, "launch of mla_fp8_split" + ("_cl" if plan.cluster else ""))
         if plan.n_split > 1 and not plan.fused:
             k.merge_args.pack(plan.ws_ptr, plan.lse_ptr, out_ptr, indptr_ptr, float(v_scale), plan.min_chunk,
                               num_heads, plan.n_split, so[0], so[1])
@@ -1101,5 +1451,5 @@ def mla_decode_cuda(q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor
     return out
 
 
-__all__ = ["CUDA_SOURCE", "CudaConfig", "CudaKernelError", "LayoutError", "eligible", "mla_decode_cuda",
-           "num_splits", "supported"]
+__all__ = ["CUDA_SOURCE", "CudaConfig", "CudaKernelError", "LayoutError", "cluster_splits", "eligible",
+           "mla_decode_cuda", "num_splits", "path_for", "supported"]
