@@ -66,6 +66,11 @@ SAFETY_CORE = [
     "harness.agent.attempt.xǁAttemptǁrecover__mutmut_*",
     "harness.agent.attempt.xǁAttemptǁrecover_leftover_journal__mutmut_*",
     "harness.agent.attempt.xǁAttemptǁapply__mutmut_*",
+    # a bisect step's checkout: the clean-tree refusal, the journaled checkout, HEAD and its branch put back
+    "harness.agent.attempt.xǁAttemptǁcheck_out__mutmut_*",
+    "harness.agent.checkout.x_blocking_changes__mutmut_*",
+    "harness.agent.checkout.x_restore_ref__mutmut_*",
+    "harness.agent.checkout.x_current_ref__mutmut_*",
     # (Where a patch set may write — patchpaths.path_problem / patch_set_refusals / _resolve on the controller,
     # treescan.write_problem on the host — joins once the survivors of their first run (2026-12-02) are killed
     # or explained: see "Not yet in the safety core" in docs/testing.md.)

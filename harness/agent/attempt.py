@@ -11,6 +11,7 @@ import time
 import traceback
 from typing import Any, Optional
 
+from ..common.outcome import JournalCheckout
 from ..common.protocol import (
     ChangedPaths,
     Final,
@@ -30,6 +31,7 @@ from ..common.targetid import read_server_version, target_identity
 from . import watchdog
 from .answers import check_answers
 from .bench import Load
+from .checkout import check_out, current_ref, refuse_changes, resolve_commit
 from .errors import Aborted, FailureFacts, StageFailed, abort_message
 from .gpu import wait_gpu_release
 from .link import Link
@@ -256,10 +258,11 @@ class Attempt:
         return True
 
     def preflight(self) -> dict[str, Any]:
-        """Everything that can refuse the attempt, before anything changes on the host."""
+        """Everything that can refuse the attempt, before anything changes on the host (a bisect step's checkout
+        aside: what the tree holds is then the commit's, so it comes first, journaled)."""
         facts = self.result.preflight
         os.makedirs(self.attempt_dir, exist_ok=True)
-        head = self.tree.head()
+        head = self.check_out(self.spec.checkout) if self.spec.checkout else self.tree.head()
         facts.base_commit = head
         self.tree.check_base(self.spec.base_ref, head)
         facts.server_version = read_server_version(self.repo)
@@ -280,6 +283,21 @@ class Attempt:
                               os.path.join(self.attempt_dir, "patches"), head)
         plan.update(base=head, dirty_before=sorted(dirty_before))
         return plan
+
+    def check_out(self, ref: str) -> str:
+        """A bisect step: `ref` checked out before anything else reads the tree — in a clean tree only (untracked
+        files the allow-list covers aside), journaled first like the patches, so every revert (this attempt's, its
+        watchdog's, a recovery's) puts HEAD and its branch back."""
+        refuse_changes(self.tree.git, self.spec.allow_dirty)
+        commit = resolve_commit(self.tree.git, ref)
+        head, branch = current_ref(self.tree.git)
+        untracked = sorted(self.tree.git.status_entries())  # allow-listed: the user's, never the patches'
+        self.journal = self.tree.new_journal(self.spec.run_id, self.spec.attempt_id, self.marker, commit, untracked,
+                                             {"restore": [], "delete": [], "created_dirs": []})
+        self.journal.checkout, self.journal.state = JournalCheckout(commit=commit, head=head, branch=branch), "checkout"
+        self.tree.begin(self.journal)
+        check_out(self.tree.git, commit)
+        return commit
 
     def _check_gpus_released(self) -> None:
         """A recovered server whose GPU memory is still held (a stuck CUDA context) would make this attempt
@@ -320,8 +338,13 @@ class Attempt:
                               FailureFacts(cannot_run=problems))
 
     def apply(self, plan: dict[str, Any]) -> None:
-        self.journal = self.tree.new_journal(self.spec.run_id, self.spec.attempt_id, self.marker, plan["base"],
-                                             plan["dirty_before"], plan)
+        if self.journal is None:
+            self.journal = self.tree.new_journal(self.spec.run_id, self.spec.attempt_id, self.marker, plan["base"],
+                                                 plan["dirty_before"], plan)
+        else:  # the checkout's journal (its tree as found kept): the patches' paths join it
+            j = self.journal
+            j.restore, j.delete, j.created_dirs = plan["restore"], plan["delete"], plan["created_dirs"]
+            j.dirty_before, j.state = plan["dirty_before"], "applying"
         self.tree.apply(self.journal, plan)
         self.result.patch.changed_paths = ChangedPaths(restore=self.journal.restore, delete=self.journal.delete)
 

@@ -10,9 +10,11 @@ import sys
 import time
 from typing import Optional
 
-from ..common.protocol import PROTOCOL, Final, GcRequest, Hello, Mode, ProtocolError, Spec, Status
+from ..common.protocol import PROTOCOL, Final, GcRequest, Hello, HistoryRequest, Mode, ProtocolError, Spec, Status
 from .attempt import Attempt
+from .errors import StageFailed
 from .gc import collect_garbage
+from .history import read_history
 from .hostio import file_hashes
 from .link import Link
 from .status import host_status
@@ -48,6 +50,16 @@ def serve(spec: Spec, link: Link) -> int:
             report = Final(status=Status.OK, repo_status=host_status(attempt.repo, attempt.server_env()))
         except Exception as exc:  # a look must always answer, saying what it could not see
             report = Final(status=Status.INFRA_ERROR, error="cannot read the host's state: %s" % exc)
+        link.send(final_report(report))
+        return 0
+    if spec.mode == Mode.HISTORY.value:
+        try:
+            report = Final(status=Status.OK, history=read_history(attempt.repo, spec.history or HistoryRequest(),
+                                                                      spec.allow_dirty))
+        except StageFailed as exc:  # the range cannot be bisected: why, as a refusal
+            report = Final(status=exc.status, error=exc.message)
+        except Exception as exc:  # like a look: always answer, saying what went wrong
+            report = Final(status=Status.INFRA_ERROR, error="cannot read the history: %s" % exc)
         link.send(final_report(report))
         return 0
     if spec.mode == Mode.GC.value:

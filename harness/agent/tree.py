@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from ..common.diffheaders import git_unquote
 from ..common.protocol import JOURNAL_VERSION, FileEntry, Journal, PatchEntry, RevertReport, Status
+from .checkout import git_reason, restore_ref
 from .errors import FailureFacts, StageFailed
 from .hostio import copy_raw, deepest_first, read_json, run, write_json_atomic
 from .newfiles import check_folders, parents, write_file
@@ -29,16 +30,6 @@ GIT_CHUNK = 200  # paths per `git checkout` call, well below any argv limit
 MANIFEST = "manifest.json"  # under .git/harness/: the tree before the attempt, path by path
 BACKUP = "backup"  # under .git/harness/: the raw bytes of every tracked file the patches touch
 UNVERIFIED = "revert-unverified"  # journal state: its agent reverted and the tree still differs
-
-
-def git_reason(stderr: str) -> str:
-    """Git's own reason for a failure, for the message's first line (the one progress and summaries show):
-    its first `error:` line (`patch failed: path:12`), else its first non-empty line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("error:"):
-            return line[len("error:"):].strip()
-    return lines[0] if lines else "git gave no reason"
 
 
 class Git:
@@ -269,15 +260,22 @@ class Tree:
         assert self.journal_path is not None
         write_json_atomic(self.journal_path, journal.to_dict())
 
+    def begin(self, journal: Journal) -> None:
+        """"As found": the tree right before its first change (a bisect step's checkout, else the patches'), kept
+        in the journal, which is saved before that change."""
+        journal.ignored_before = self.git.ignored()
+        journal.tree_before = self.snapshot(journal.ignored_before)
+        self.save(journal)
+
     def apply(self, journal: Journal, plan: Mapping[str, Any]) -> None:
         """All or nothing: the journal first, then git apply (which writes nothing when it fails)."""
         assert self.harness_dir is not None
         backup = os.path.join(self.harness_dir, BACKUP)
         journal.backup = backup
-        journal.ignored_before = self.git.ignored()
-        # "As found" is the tree right before the first change.
-        journal.tree_before = self.snapshot(journal.ignored_before)
-        self.save(journal)  # before the first byte changes
+        if journal.tree_before is None:
+            self.begin(journal)  # before the first byte changes
+        else:
+            self.save(journal)  # the checkout's journal, now with the patches' paths, before their first byte
         if os.path.lexists(backup):
             shutil.rmtree(backup)  # our own folder under .git/harness, left by an attempt that was recovered
         for rel in journal.restore:  # the bytes as they are, whatever git's filters would make of them
@@ -346,8 +344,10 @@ class Tree:
                 os.rmdir(os.path.join(self.repo, rel))
             except OSError:
                 pass
+        co = journal.checkout  # a bisect step: HEAD and its branch back, once the checked-out files are as committed
+        head_diff = restore_ref(self.git, co.head, co.branch) if co is not None else []
         after = self._manifest_after(journal)
-        verified = digest(after) == journal.tree_before
+        verified = digest(after) == journal.tree_before and not head_diff
         assert self.journal_path is not None and self.harness_dir is not None
         before_file = os.path.join(self.harness_dir, MANIFEST)
         diff: list[str] = []
@@ -360,8 +360,8 @@ class Tree:
                     os.remove(leftover)
         else:
             before = read_json(before_file) if os.path.exists(before_file) else {}
-            diff = sorted(os.fsencode(p).decode(errors="replace")  # shown to people: no lone surrogates
-                          for p in set(before) | set(after) if before.get(p) != after.get(p))
+            diff = head_diff + sorted(os.fsencode(p).decode(errors="replace")  # shown to people: no lone surrogates
+                                      for p in set(before) | set(after) if before.get(p) != after.get(p))
         result = RevertReport(verified=verified, tree_before=journal.tree_before, tree_after=digest(after), diff=diff)
         if journal.ignored_before is not None:
             # Not part of the promise (ignored files are not the user's tree) but worth knowing: what the

@@ -13,6 +13,7 @@ import typer
 
 from .. import __version__
 from ..errors import ExitCode
+from .bisect import bisect
 from .common import out, set_debug
 from .compare import compare, report
 from .diagnose import profile_summary, triage
@@ -56,6 +57,7 @@ app.command("profile-summary")(profile_summary)
 sim_app.command("init")(sim_init)
 app.command()(demo)
 app.command()(sweep)
+app.command()(bisect)
 app.command()(compare)
 app.command()(report)
 app.command()(export)

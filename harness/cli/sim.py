@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -19,6 +19,9 @@ from . import views
 from .common import RESULTS_HELP, exit_on_errors, open_store, out, results_dir_arg
 from .run import run_sweep
 
+if TYPE_CHECKING:
+    from ..sim import Layout
+
 REPORT_DIR = "report"  # the demo's page: results/<run>/report/index.html
 
 
@@ -29,19 +32,31 @@ def sim_init(
     flashinfer_version: str = typer.Option(
         "0.7.2", "--flashinfer-version",
         help="Version of the simulated FlashInfer (what its FP8 MLA kernels do depends on it: harness/sim/README.md)."),
+    history: int = typer.Option(0, "--history", min=0, help="Commits on main after the first (for `harness bisect`)."),
+    slow_at: Optional[int] = typer.Option(None, "--slow-at", help="The history commit (1..N) that slows a backend's "
+                                          "decode."),
+    slow_backend: str = typer.Option("flashinfer", "--slow-backend", help="Which (an --attention-backend name)."),
+    slow_factor: float = typer.Option(1.15, "--slow-factor", help="How much: a decode step's cost times this."),
+    broken_at: Optional[int] = typer.Option(None, "--broken-at", help="The history commit (1..N-1) whose server "
+                                            "dies at startup (an ImportError); the next one fixes it."),
 ) -> None:
     """Create a simulated SGLang target (a git repo) and print the interpreter path for hosts.yaml."""
-    from ..sim import ARCHES, init_target
+    from ..sim import ARCHES, Layout, init_target
 
     with exit_on_errors():
         if arch not in ARCHES:
             raise ConfigError(f"unknown arch {arch!r}", hint=f"choose one of: {', '.join(ARCHES)}")
+        layout = Layout(commits=history, slow_at=slow_at, slow_backend=slow_backend, slow_factor=slow_factor,
+                        broken_at=broken_at)
         try:
-            target = init_target(directory, arch=arch, gpus=gpus, flashinfer_version=flashinfer_version)
+            target = init_target(directory, arch=arch, gpus=gpus, flashinfer_version=flashinfer_version,
+                                 history=layout)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         out.print(f"simulated SGLang target created at {target.repo} ({arch}, {gpus} GPUs, "
                   f"FlashInfer {flashinfer_version})", highlight=False)
+        if history:
+            out.print(history_summary(layout, target.commits), highlight=False, markup=False)
         out.print("add it to hosts.yaml (a new file, or the entry under your `hosts:`):", highlight=False)
         out.print(sim_host_entry("sim", str(target.repo), str(target.python), gpus, arch),
                   highlight=False, markup=False)
@@ -81,6 +96,19 @@ def demo(
         met = all(r.expectation_met or r.status == Status.PREFLIGHT_FAILED for r in outcome.done)
         if not met:
             raise typer.Exit(ExitCode.FAILED)
+
+
+def history_summary(layout: Layout, commits: tuple[str, ...]) -> str:
+    """What `sim init --history` made: the ends to bisect between, and where the slow and the broken commits are."""
+    lines = [f"history: {layout.commits} commits on main after {commits[0][:10]} (harness bisect EXPERIMENT "
+             f"--good main~{layout.commits} --bad main)"]
+    if layout.slow_at:
+        lines.append(f"  commit {layout.slow_at} {commits[layout.slow_at][:10]}: a decode step of "
+                     f"{layout.slow_backend} costs {layout.slow_factor:g}x")
+    if layout.broken_at:
+        lines.append(f"  commit {layout.broken_at} {commits[layout.broken_at][:10]}: the server dies at startup "
+                     f"(ImportError); commit {layout.broken_at + 1} fixes it")
+    return "\n".join(lines)
 
 
 def sim_host_entry(name: str, repo: str, python: str, gpus: int, arch: str) -> str:

@@ -114,12 +114,15 @@ def print_sparklines(out: Console, runs: list[tuple[ResultsStore, str]], records
 def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,
                  against: dict[str, Any] | None = None) -> Path:
     """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path. `against`: the run against
-    an earlier one (nightstext.page_context), shown first."""
+    an earlier one (nightstext.page_context), shown first; a bisect run's table and answer head the page."""
+    from ..results.bisecttext import page_context
     from ..results.page import write_html
 
     records, rows, run_baseline, infos = comparison_rows(runs, baseline=baseline, metric=metric)
+    bisects = [page_context(info, store.iter_records(run_id)) for store, run_id in runs
+               if (info := store.find_bisect(run_id)) is not None]
     return write_html(out_dir, records, rows, metric, stores={run_id: store for store, run_id in runs}, runs=infos,
-                      chosen_baseline=not (baseline or run_baseline), against=against)
+                      chosen_baseline=not (baseline or run_baseline), against=against, bisects=bisects)
 
 
 # ============================================================================ the comparison table

@@ -1,5 +1,6 @@
 """How an attempt ended, in typed parts: the status, and what the agent learned at each stage — the pieces
-the final report (`protocol.Final`) is made of, and the journal and reports the agent keeps on the host.
+the final report (`protocol.Final`) is made of, and the journal and reports the agent keeps on the host (and
+what the service modes gc and history are asked, with their answers).
 
 Standard library only: it ships inside the agent's zipapp (Python >= 3.8 on the host).
 """
@@ -12,7 +13,7 @@ from typing import ClassVar, Optional
 
 from .wire import Message, Nested
 
-JOURNAL_VERSION = 3  # 2: an older agent's, whose tree_before covered tracked and untracked files only
+JOURNAL_VERSION = 4  # 2: tree_before covered tracked and untracked files only; 3: no `checkout` (bisect)
 
 
 class Status(str, Enum):
@@ -73,12 +74,22 @@ class JournalServer(Message):
 
 
 @dataclass
+class JournalCheckout(Message):
+    """An attempt at another commit (a bisect step): the commit it checked out, and where HEAD was before — the
+    revert puts HEAD (and its branch) back after the patches' paths."""
+
+    commit: str
+    head: str  # HEAD's commit as found
+    branch: Optional[str] = None  # the ref HEAD was on (refs/heads/main); None: detached
+
+
+@dataclass
 class Journal(Message):
     """What an attempt changes in the target tree, on disk (`.git/harness/journal.json`) before the first byte
     changes: what to restore, what to delete, which server to stop. Another agent reads it — a later one,
     maybe of another version — so `from_disk` reads it leniently; a journal without `version` is version 2."""
 
-    NESTED: ClassVar[Nested] = {"server": (JournalServer, False)}
+    NESTED: ClassVar[Nested] = {"server": (JournalServer, False), "checkout": (JournalCheckout, False)}
 
     run_id: Optional[str] = None
     attempt_id: Optional[str] = None
@@ -93,10 +104,11 @@ class Journal(Message):
     delete: list[str] = field(default_factory=list)
     created_dirs: list[str] = field(default_factory=list)
     server: Optional[JournalServer] = None
-    state: str = "applying"  # applying | applied | running | revert-unverified
+    state: str = "applying"  # checkout | applying | applied | running | revert-unverified
     created: str = ""
     backup: Optional[str] = None
     ignored_before: Optional[list[str]] = None
+    checkout: Optional[JournalCheckout] = None  # a bisect step: the commit checked out first, HEAD as found
 
     @classmethod
     def read(cls, data: object) -> Journal:
@@ -338,3 +350,40 @@ class GcReport(Message):
     dry_run: bool = True
     entries: list[GcEntry] = field(default_factory=list)
 
+
+
+@dataclass
+class GcRequest(Message):
+    """`harness gc`'s retention rule: attempt folders last written to more than `older_than_days` ago go, then
+    the oldest until the rest fit in `max_bytes`; never one in use. `dry_run`: remove nothing, say what."""
+
+    older_than_days: Optional[float] = None
+    max_bytes: Optional[int] = None
+    dry_run: bool = True
+
+
+@dataclass
+class HistoryRequest(Message):
+    """`harness bisect`'s look at the target repo (mode history): the first-parent line from `good` to `bad`."""
+
+    good: str = ""
+    bad: str = "HEAD"
+
+
+@dataclass
+class CommitInfo(Message):
+    sha: str
+    subject: str = ""
+
+
+@dataclass
+class HistoryReport(Message):
+    """`harness bisect`: the target repo's first-parent line from the good commit to the bad one, and its state."""
+
+    NESTED: ClassVar[Nested] = {"commits": (CommitInfo, True)}
+
+    head: str = ""
+    branch: Optional[str] = None  # the ref HEAD is on; None: detached
+    commits: list[CommitInfo] = field(default_factory=list)  # good first, bad last
+    dirty: list[str] = field(default_factory=list)  # a bisect refuses a dirty tree: it checks out other commits
+    journal: Optional[str] = None  # an interrupted attempt's journal is there (its attempt id): recover first

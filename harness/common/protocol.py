@@ -25,9 +25,12 @@ from .outcome import (
     ChangedPaths,
     GcEntry,
     GcReport,
+    GcRequest,
     GpuClocks,
     GpuInfo,
     GpuState,
+    HistoryReport,
+    HistoryRequest,
     Journal,
     JournalServer,
     LockHolder,
@@ -47,11 +50,11 @@ from .wire import PROTOCOL, Message, Nested, ProtocolError
 
 __all__ = ["JOURNAL_VERSION", "PROTOCOL", "AnswersSpec", "ArgvItem", "BenchCase", "BenchFacts", "CaseFacts",
            "ChangedPaths", "Cooldown", "Event", "EVENTS", "FileEntry", "Final", "GcEntry", "GcReport", "GcRequest",
-           "GpuClocks", "GpuInfo", "GpuState", "Journal", "JournalServer", "LockHolder", "LockState", "Message",
-           "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PrefillTokens", "SEED_SLOT", "PreflightFacts",
-           "ProfileSpec", "ProtocolError",
-           "RecoveryReport", "RepoStatus", "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec",
-           "StackFacts", "Status", "StopReport", "Timeouts", "decode", "encode"]
+           "GpuClocks", "GpuInfo", "GpuState", "HistoryReport", "HistoryRequest", "Journal", "JournalServer",
+           "LockHolder", "LockState", "Message", "Mode", "PatchEntry", "PatchFacts", "PORT_SLOT", "PrefillTokens",
+           "SEED_SLOT", "PreflightFacts", "ProfileSpec", "ProtocolError", "RecoveryReport", "RepoStatus",
+           "Requirements", "RevertReport", "ServerFacts", "ServerSpec", "Spec", "StackFacts", "Status", "StopReport",
+           "Timeouts", "decode", "encode"]
 
 
 class Mode(str, Enum):
@@ -60,6 +63,7 @@ class Mode(str, Enum):
     STATUS = "status"
     RECOVER = "recover"
     GC = "gc"  # `harness gc`: the work dir's old attempt folders
+    HISTORY = "history"  # `harness bisect`: the commits from good to bad, and the tree's state
 
 
 # Argv elements the agent fills in on the host: the port chosen there (`port: auto`), a bench run's prompt seed.
@@ -94,7 +98,6 @@ class BenchCase(Message):
     def argv_for(self, warmup: bool) -> list[ArgvItem]:
         """The arguments of one run: the warm-up's, or the case's."""
         return self.warmup_argv if warmup and self.warmup_argv is not None else self.argv
-
 
 
 @dataclass
@@ -173,16 +176,6 @@ class Timeouts(Message):
 
 
 @dataclass
-class GcRequest(Message):
-    """`harness gc`'s retention rule: attempt folders last written to more than `older_than_days` ago go, then
-    the oldest until the rest fit in `max_bytes`; never one in use. `dry_run`: remove nothing, say what."""
-
-    older_than_days: Optional[float] = None
-    max_bytes: Optional[int] = None
-    dry_run: bool = True
-
-
-@dataclass
 class Spec(Message):
     """Everything the agent needs for one attempt (or a status/recover/apply-revert service call)."""
 
@@ -190,7 +183,7 @@ class Spec(Message):
         "server": (ServerSpec, False), "bench": (BenchCase, True), "profile": (ProfileSpec, False),
         "requirements": (Requirements, False), "patches": (PatchEntry, True), "files": (FileEntry, True),
         "timeouts": (Timeouts, False), "answers": (AnswersSpec, False), "gc": (GcRequest, False),
-        "cooldown": (Cooldown, False)}
+        "cooldown": (Cooldown, False), "history": (HistoryRequest, False)}
 
     run_id: str
     attempt_id: str
@@ -226,6 +219,8 @@ class Spec(Message):
     requirements: Requirements = field(default_factory=Requirements)
     gc: Optional[GcRequest] = None  # mode gc: the retention rule
     cooldown: Optional[Cooldown] = None  # None: runs follow each other at once
+    checkout: Optional[str] = None  # bisect: this commit first (clean tree only); the revert puts HEAD back
+    history: Optional[HistoryRequest] = None  # mode history: which commits
 
     @classmethod
     def decode(cls, data: Any) -> Spec:
@@ -341,7 +336,8 @@ class Final(Event):
     NESTED: ClassVar[Nested] = {
         "status": (Status, False), "preflight": (PreflightFacts, False), "patch": (PatchFacts, False),
         "server": (ServerFacts, False), "bench": (BenchFacts, False), "revert": (RevertReport, False),
-        "recovered": (RecoveryReport, False), "repo_status": (RepoStatus, False), "gc": (GcReport, False)}
+        "recovered": (RecoveryReport, False), "repo_status": (RepoStatus, False), "gc": (GcReport, False),
+        "history": (HistoryReport, False)}
     status: Status = Status.OK
     error: Optional[str] = None
     message: Optional[str] = None
@@ -358,6 +354,7 @@ class Final(Event):
     recovered: Optional[RecoveryReport] = None  # an interrupted attempt's leftovers, cleaned up first
     repo_status: Optional[RepoStatus] = None  # status mode: what is going on in the target repo
     gc: Optional[GcReport] = None  # gc mode: the attempt folders, and which went
+    history: Optional[HistoryReport] = None  # history mode: the commits from good to bad
     # sha256 of every file in the attempt's folder on the host: the controller checks what it fetched
     artifacts: Optional[Dict[str, str]] = None
 

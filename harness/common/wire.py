@@ -11,10 +11,11 @@ from dataclasses import MISSING, fields, is_dataclass
 from enum import Enum
 from typing import Any, ClassVar, Dict, Tuple, Type, TypeVar
 
-PROTOCOL = 11  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc;
+PROTOCOL = 12  # 6: the answer check (Spec.answers, BenchFacts.answers_file); 7: PreflightFacts.stack; 8: gc;
 # 9: warm-up per case and cool-down (BenchCase.warmup, Spec.cooldown, BenchFacts.cases); 10: a warm-up of one
 # wave of prompts (BenchCase.warmup_argv); 11: prompts per repeat and the prefix cache (BenchCase.seeds,
-# warmup_seed, prefix_cache; CaseFacts.prefill, Spec.prefill_pattern)
+# warmup_seed, prefix_cache; CaseFacts.prefill, Spec.prefill_pattern); 12: bisect (Spec.checkout, mode history:
+# Spec.history, Final.history)
 
 T = TypeVar("T")
 

@@ -22,6 +22,7 @@ class Resolved:
     file: Path
     backend: Backend | None
     patch_sets: tuple[PatchSet, ...]
+    checkout: str | None = None  # a bisect step: the commit the attempt checks out before its patch sets
 
     @property
     def name(self) -> str:

@@ -77,6 +77,7 @@ def build_spec(r: Resolved, host: HostConfig, *, run_id: str, attempt_id: str,
         answers=answers_spec(exp.answers) if exp.answers else None,
         bench_one_process=exp.bench_clients == "one-process",
         cooldown=Cooldown(**exp.cooldown.model_dump()) if exp.cooldown else None,
+        checkout=r.checkout,
         requirements=Requirements(
             backend=r.backend_name,
             attention_backend=r.backend.attention_backend if r.backend else exp.server.attention_backend,

@@ -166,9 +166,9 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
     for case in cases:
         per_rec = [(r, r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or []) for r in ok]
         kept = [(float(v), outliers.Origin(r.run_id, r.experiment, r.attempt, r.round, i, len(vs)))
-                for r, vs in per_rec for i, v in enumerate(vs, 1) if _is_number(v)]
+                for r, vs in per_rec for i, v in enumerate(vs, 1) if is_number(v)]
         samples = [v for v, _ in kept]
-        row.cells[case] = cell = _cell(samples)
+        row.cells[case] = cell = cell_of(samples)
         shares = {(r.attempt, i): p.hit_share for r in ok if r.bench_cases and case in r.bench_cases
                   for p in r.bench_cases[case].prefill or [] for i in [p.repeat + 1]}
         found = outliers.find(case, samples, [o for _, o in kept], [shares.get((o.attempt, o.repeat)) for _, o in kept])
@@ -188,13 +188,13 @@ def _provenance(rec: Record) -> dict[str, str | None]:
             "stack": stack_id(fingerprint(rec))}  # a baseline on the same stack is preferred
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     """A repeat's value counts when it is a number: SGLang writes NaN (a case whose requests all failed) and
     null, which would poison the median and the spread."""
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _cell(samples: list[float]) -> Cell:
+def cell_of(samples: list[float]) -> Cell:
     if not samples:
         return Cell(None, None, 0, [])
     med = statistics.median(samples)

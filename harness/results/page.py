@@ -232,9 +232,10 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
                   runs: Mapping[str, RunInfo | None], plots: list[dict[str, Any]],
                   pareto: list[dict[str, Any]] | None = None, logs: Mapping[AttemptKey, str] | None = None,
                   chosen_baseline: bool = False, generated: str | None = None,
-                  against: dict[str, Any] | None = None) -> dict[str, Any]:
+                  against: dict[str, Any] | None = None, bisects: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the template shows. `plots`: one {case, svg} per bench case; `pareto`: the latency–throughput
-    charts (svgcharts.py). `against`: the run against an earlier one (nightstext.page_context), or None."""
+    charts (svgcharts.py). `against`: the run against an earlier one (nightstext.page_context), or None;
+    `bisects`: each bisect run's section (bisecttext.page_context)."""
     run_ids = list(runs)
     diff = changes(records, rows, metric, run_ids[0], run_ids[1]) if len(run_ids) == 2 else None
     unit = compare.metric_unit(metric)
@@ -258,6 +259,7 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
         "provenance": provenance(records, runs),
         "changes": diff,
         "against": against,
+        "bisects": bisects or [],
     }
 
 
@@ -336,7 +338,8 @@ def render(context: dict[str, Any]) -> str:
 
 def write_html(out_dir: Path, records: list[Record], rows: list[compare.Row], metric: str, *,
                stores: Mapping[str, ResultsStore], runs: Mapping[str, RunInfo | None],
-               chosen_baseline: bool = False, against: dict[str, Any] | None = None) -> Path:
+               chosen_baseline: bool = False, against: dict[str, Any] | None = None,
+               bisects: list[dict[str, Any]] | None = None) -> Path:
     """Write the page and its log excerpts into `out_dir` (created; an earlier page of ours there is replaced,
     anything else there refused: outdir.write_folder); the page's path."""
     outdir.check(out_dir)  # refuse a foreign folder before the work of building the page
@@ -344,7 +347,7 @@ def write_html(out_dir: Path, records: list[Record], rows: list[compare.Row], me
     logs = {key: "/".join(quote(part) for part in rel.split("/")) for key, (rel, _) in excerpts.items()}
     plots, pareto = charts(records, rows, metric, stores)
     context = build_context(records, rows, metric, runs=runs, plots=plots, pareto=pareto, logs=logs,
-                            chosen_baseline=chosen_baseline, against=against)
+                            chosen_baseline=chosen_baseline, against=against, bisects=bisects)
     contents = {rel: text.encode("utf-8") for rel, text in excerpts.values()}
     contents[PAGE] = render(context).encode("utf-8")
     outdir.write_folder(out_dir, contents)

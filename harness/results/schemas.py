@@ -1,6 +1,7 @@
-"""What record.json and run.json hold, as pydantic models: `Record` (one attempt, schema `SCHEMA`) and its
-parts, `RunInfo` (a sweep's plan, schema `RUN_SCHEMA`). Every key is declared: an unknown one is an error, on
-write and on read. harness.results.store writes and reads them; docs/experiments.md "Records" lists the fields."""
+"""What record.json, run.json and bisect.json hold, as pydantic models: `Record` (one attempt, schema `SCHEMA`) and
+its parts, `RunInfo` (a sweep's plan, schema `RUN_SCHEMA`), `BisectInfo` (a bisect's range, `BISECT_SCHEMA`). Every
+key is declared: an unknown one is an error, on write and on read. harness.results.store writes and reads them;
+docs/experiments.md "Records" lists the fields."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..triage.verdict import Verdict
 
 SCHEMA = 1  # record.json
 RUN_SCHEMA = 1  # run.json
+BISECT_SCHEMA = 1  # bisect.json
 
 # The statuses that are a result. An attempt whose latest records are all something else (the host could
 # not be used, the attempt was interrupted) runs again on resume — see `Record.is_final`.
@@ -282,6 +284,7 @@ class Record(_Strict):
     gpu_dirty: dict[str, int] | None = None
     profile_error: DisplayText | None = None
     slurm: SlurmJob | None = None  # attempts on a Slurm cluster
+    checkout: str | None = None  # a bisect step: the commit checked out for it (provenance.base_commit once it was)
     # written while the attempt ran (`record.partial.json`): the controller ended before the final report
     provisional: bool | None = None
 
@@ -302,6 +305,39 @@ class Record(_Strict):
                 out[key] = (value.model_dump(mode="json", by_alias=True, exclude_unset=True)
                             if isinstance(value, BaseModel) else value)
         return json.dumps(out, indent=2) + "\n"
+
+
+# ============================================================================ bisect.json
+
+
+class BisectCommit(_Strict):
+    sha: str
+    subject: DisplayLine = ""  # the commit's subject line (the host's words: shown escaped)
+
+
+class BisectInfo(_Strict):
+    """A bisect run's `bisect.json` (schema `BISECT_SCHEMA`): what it bisects, written once before its first
+    attempt; its steps are the run's ordinary records (`checkout` names each one's commit), so a resume goes on."""
+
+    schema_: int = Field(BISECT_SCHEMA, alias="schema")
+    run_id: str
+    experiment: str  # the experiment's name (each step's records are under <name>.<commit>)
+    experiment_file: str  # absolute
+    host: str
+    hosts_file: str | None = None  # the inventory the host was read from (absolute)
+    patches_dir: str | None = None
+    good_ref: str  # the ends as given (--good, --bad), and the first-parent line between them (good first)
+    bad_ref: str
+    commits: list[BisectCommit]
+    case: str  # the bench case and metric judged: --metric CASE:METRIC
+    metric: str
+    max_attempts: int  # per commit, when its verdict cannot be told from fewer
+    head: str  # where the target repo's HEAD was (what each step's revert puts back, verified)
+    branch: str | None = None  # the ref HEAD was on; None: detached
+    created: str = Field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=1) + "\n"
 
 
 # ============================================================================ run.json

@@ -1,6 +1,7 @@
 """Results store: the one module that writes and reads run folders.
 
     results/<run-id>/run.json                               the sweep's plan (`RunInfo`, schema `RUN_SCHEMA`)
+    results/<run-id>/bisect.json                            a bisect's range (`BisectInfo`, schema `BISECT_SCHEMA`)
     results/<run-id>/<experiment>/<attempt>/record.json     one attempt (`Record`, schema `SCHEMA`)
     results/<run-id>/<experiment>/<attempt>/record.partial.json   the same, provisional, while it runs
 
@@ -30,8 +31,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, ResultsError
 from .metrics import parse_jsonl
-from .schemas import RUN_SCHEMA, SCHEMA, Record, RunInfo
+from .schemas import BISECT_SCHEMA, RUN_SCHEMA, SCHEMA, BisectInfo, Record, RunInfo
 
+BISECT_FILE = "bisect.json"
 PROVISIONAL = "record.partial.json"  # an attempt's record while it runs (see `ResultsStore.write_provisional`)
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
@@ -196,6 +198,15 @@ class ResultsStore:
         if path.exists():
             path.unlink()
         return write_exclusive(path, run.to_json())
+
+    def write_bisect(self, info: BisectInfo) -> Path:
+        """A bisect's bisect.json, once, before its first attempt (a resume reads it; it never changes)."""
+        return write_exclusive(self.run_dir(info.run_id) / BISECT_FILE, info.to_json())
+
+    def find_bisect(self, run_id: str) -> BisectInfo | None:
+        """The run's bisect.json, or None when it is no bisect."""
+        path = self.run_path(run_id) / BISECT_FILE
+        return _load(path, BisectInfo, BISECT_SCHEMA, "bisect file") if path.is_file() else None
 
     # ------------------------------------------------------------------ reading
 

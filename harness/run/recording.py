@@ -152,7 +152,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
         experiment_file=str(r.file.resolve()), server=server, changed_paths=plain(final.patch.changed_paths),
         recovered=recovery_facts(final.recovered), abort_reason=final.abort_reason, profile=profile,
-        answers=answers_stats(directory), slurm=follow.job, **facts,
+        answers=answers_stats(directory), slurm=follow.job, **facts, **({"checkout": r.checkout} if r.checkout else {}),
     )
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_

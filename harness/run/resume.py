@@ -95,10 +95,11 @@ def recorded_path(given: Path | None, recorded: str | None, what: str, run_id: s
 _OPTION = {"host inventory": "--hosts-file", "patch sets": "--patches-dir"}
 
 
-def resume_command(sweep_file: Path, run_id: str, results_dir: Path | None) -> str:
-    """A command that resumes the run, to copy and paste (the rest comes from its run.json). The results
-    folder is named only when it was given: the default does not depend on the current folder."""
-    argv = ["harness", "sweep", str(sweep_file), "--resume", run_id]
+def resume_command(sweep_file: Path, run_id: str, results_dir: Path | None, command: str = "sweep") -> str:
+    """A command that resumes the run, to copy and paste (the rest comes from its run.json, or a bisect's
+    bisect.json). The results folder is named only when it was given: the default does not depend on the
+    current folder."""
+    argv = ["harness", command, str(sweep_file), "--resume", run_id]
     if results_dir is not None:
         argv += ["--results-dir", str(results_dir.absolute())]
     return shlex.join(argv)

@@ -18,9 +18,12 @@ import stat
 import subprocess
 import venv
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
-__all__ = ["ARCHES", "DEFAULT_FLASHINFER_VERSION", "GPU_SPECS", "TEMPLATE_DIR", "SimTarget", "init_target"]
+from .history import Layout, write_history
+
+__all__ = ["ARCHES", "DEFAULT_FLASHINFER_VERSION", "GPU_SPECS", "TEMPLATE_DIR", "Layout", "SimTarget", "init_target"]
 
 ARCHES = ("sm90", "sm100", "sm120")
 
@@ -57,13 +60,17 @@ exec "$(dirname "$0")/python" -m sglang._sim.nvidia_smi "$@"
 class SimTarget:
     repo: Path  # the git checkout
     python: Path  # interpreter to put in hosts.yaml: repo/.venv/bin/python
+    commits: tuple[str, ...] = ()  # main's commit ids, oldest first: the checkout's own, then its history's
 
 
 def init_target(
-    dest: Path, arch: str = "sm90", gpus: int = 8, flashinfer_version: str = DEFAULT_FLASHINFER_VERSION
+    dest: Path, arch: str = "sm90", gpus: int = 8, flashinfer_version: str = DEFAULT_FLASHINFER_VERSION,
+    history: Layout = Layout(),
 ) -> SimTarget:
-    """Create a simulated SGLang checkout at ``dest`` (which must not exist or be empty)."""
+    """Create a simulated SGLang checkout at ``dest`` (which must not exist or be empty), with `history`'s commits
+    on top of its first (history.py)."""
     dest = Path(dest).absolute()
+    history.check()
     if arch not in ARCHES:
         raise ValueError(f"unknown simulated GPU arch {arch!r}; choose one of {', '.join(ARCHES)}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 64:
@@ -85,10 +92,22 @@ def init_target(
     _git(dest, "symbolic-ref", "HEAD", "refs/heads/main")
     _git(dest, "add", "-A")
     _git(dest, "commit", "-q", "--no-verify", "-m", f"Simulated SGLang v{SGLANG_VERSION} checkout")
+    commits = [_git(dest, "rev-parse", "HEAD").strip()]
 
+    def commit(subject: str, k: int) -> str:
+        _git(dest, "add", "-A")
+        _git(dest, "commit", "-q", "--no-verify", "-m", subject, date=_commit_date(k))
+        return _git(dest, "rev-parse", "HEAD").strip()
+
+    commits += write_history(dest, history, commit)
     python = _make_venv(dest, flashinfer_version)
     _write_gpu_facts(dest / ".venv" / STATE_DIR_NAME, arch, gpus, flashinfer_version)
-    return SimTarget(repo=dest, python=python)
+    return SimTarget(repo=dest, python=python, commits=tuple(commits))
+
+
+def _commit_date(k: int) -> str:
+    """The k-th history commit's date: an hour after the one before it (fixed: the same layout, the same ids)."""
+    return (datetime.fromisoformat(_GIT_DATE) + timedelta(hours=k)).isoformat()
 
 
 def _copy_template(dest: Path) -> None:
@@ -103,11 +122,11 @@ def _copy_template(dest: Path) -> None:
             shutil.copy2(entry, target)
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git(repo: Path, *args: str, date: str = _GIT_DATE) -> str:
     env = dict(os.environ)
     env.update(
-        GIT_AUTHOR_DATE=_GIT_DATE,
-        GIT_COMMITTER_DATE=_GIT_DATE,
+        GIT_AUTHOR_DATE=date,
+        GIT_COMMITTER_DATE=date,
         GIT_CONFIG_NOSYSTEM="1",
         GIT_TERMINAL_PROMPT="0",
     )

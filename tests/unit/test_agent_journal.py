@@ -93,9 +93,9 @@ def test_the_journal_while_patched_says_what_recovery_and_harness_status_need(re
     result = attempt.run()
     assert result.status == "ok", result.error
 
-    expected = {"version": 3, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
+    expected = {"version": 4, "run_id": "r1", "attempt_id": "a1", "marker": "r1/a1", "agent_pid": os.getpid(),
                 "repo": str(repo), "base_commit": head, "dirty_before": ["notes.txt"], "restore": AWKWARD_RESTORE,
-                "delete": AWKWARD_DELETE, "server": None, "state": "applied"}
+                "delete": AWKWARD_DELETE, "server": None, "state": "applied", "checkout": None}
     assert {k: seen.get(k, "(missing)") for k in expected} == expected
     # Nothing else: recovery by another agent version reads exactly these keys.
     assert set(seen) == set(expected) | {"created_dirs", "tree_before", "created", "backup", "ignored_before",

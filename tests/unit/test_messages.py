@@ -10,8 +10,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from harness import __version__
+from harness.agent.checkout import git_reason
 from harness.agent.errors import abort_message
-from harness.agent.tree import git_reason
 from harness.cli.app import app
 from harness.cli.progress import AttemptProgress, SweepProgress, outcome_detail
 from harness.results.schemas import Record

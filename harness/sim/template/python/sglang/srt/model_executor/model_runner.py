@@ -306,6 +306,12 @@ class ModelRunner:
         if not graphed:
             dense += EAGER_LAUNCH_OVERHEAD * layers
         cost["other"] = dense
+        if forward_batch.forward_mode.is_decode():
+            # A backend whose module sets DECODE_COST_FACTOR decodes that much slower (or faster) than the model
+            # above says: what a change to its source does to a decode step (`harness sim init --slow-at`).
+            module = sys.modules.get(type(self.decode_attn_backend).__module__)
+            factor = getattr(module, "DECODE_COST_FACTOR", 1.0)
+            cost = {kind: seconds * factor for kind, seconds in cost.items()}
         return cost
 
     def reference_costs(self, seq_len=1024, batch_sizes=(1, 8, 32)):
