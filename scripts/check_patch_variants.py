@@ -8,8 +8,9 @@ CHECKOUT is an SGLang source tree (`python/sglang/...`; `python -m tests.upstrea
 
 A patch set is a folder under patches/ whose patchset.yaml says `applies_to: sglang==<version>` (the
 top level is the variant for that version) and `variants: {sglang==<other>: <subfolder>}` for other
-versions (the same layout: `*.patch` files and a `files/` tree); the variant is picked as the agent
-picks it (harness.experiments.patchsets). Simulated-target sets (`applies_to: harness-sim`) are left out.
+versions (what differs: `*.patch` files and a `files/` tree; the rest is inherited from the top level); the
+variant is read and picked as the agent gets it (harness.experiments.patchsets: inherited files and
+`files_from` included). Simulated-target sets (`applies_to: harness-sim`) are left out.
 
 For each set, the variant for the checkout's version is applied in a scratch git repo that holds copies
 of only the files the patches touch (CHECKOUT is never written): `git apply --check`, then `git apply`,
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.common.targetid import target_identity  # noqa: E402
+from harness.experiments.patchsets import Variant as Content  # noqa: E402
 from harness.experiments.patchsets import load_patch_set  # noqa: E402
 
 DIFF_PATHS = re.compile(r"^(?:\+\+\+ b/(\S+)|--- a/(\S+)|rename to (\S+)|copy to (\S+))", re.MULTILINE)
@@ -53,7 +55,7 @@ DIFF_PATHS = re.compile(r"^(?:\+\+\+ b/(\S+)|--- a/(\S+)|rename to (\S+)|copy to
 class Variant:
     set_name: str
     label: str  # "top level" or "sglang-X/"
-    folder: Path
+    content: Content  # the patches and files the agent applies (inherited ones included)
 
 
 @dataclass
@@ -81,7 +83,7 @@ def pick_variant(patches: Path, set_name: str, target: str) -> tuple[Variant | N
     if v is None:
         return None, list(ps.applies_to)
     label = "top level" if v.folder == ps.folder else f"{v.folder.name}/"
-    return Variant(set_name, label, v.folder), list(ps.applies_to)
+    return Variant(set_name, label, v), list(ps.applies_to)
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -268,40 +270,40 @@ def undefined_names(source: bytes, name: str) -> list[str] | None:
 
 def check_variant(v: Variant, checkout: Path) -> Result:
     res = Result(v.set_name, v.label)
-    patch_files = sorted(v.folder.glob("*.patch"))
-    files_root = v.folder / "files"
-    new_files = sorted(f for f in files_root.rglob("*") if f.is_file() and "__pycache__" not in f.parts) \
-        if files_root.is_dir() else []
+    patch_files, new_files = v.content.patches, v.content.files
     if not patch_files and not new_files:
-        res.problems.append(f"{v.folder}: no *.patch files and no files/ tree")
+        res.problems.append(f"{v.content.folder}: no *.patch files and no files/ tree")
         return res
-    texts = [(p, p.read_text(encoding="utf-8")) for p in patch_files]
-    touched = set().union(*(touched_paths(t) for _, t in texts)) if texts else set()
+    touched = set().union(*(touched_paths(p.text) for p in patch_files)) if patch_files else set()
     with tempfile.TemporaryDirectory(prefix="check-patch-variants-") as tmp_s:
         tmp = Path(tmp_s)
         _git(tmp, "init", "-q")
+        texts = []
+        for i, pf in enumerate(patch_files):
+            texts.append((tmp / ".git" / f"{i:02d}-{pf.name}", pf.name))
+            texts[-1][0].write_bytes(pf.text.encode("utf-8"))
         for rel in sorted(touched):
             src = checkout / rel
             if src.is_file():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, tmp / rel)
-        for p, _ in texts:
+        for p, name in texts:
             r = _git(tmp, "apply", "--check", "--whitespace=nowarn", str(p))
             if r.returncode != 0:
-                res.problems.append(f"{p.name} does not apply (git apply --check):\n                "
+                res.problems.append(f"{name} does not apply (git apply --check):\n                "
                                     + r.stderr.strip().replace("\n", "\n                "))
                 return res
             r = _git(tmp, "apply", "--whitespace=nowarn", str(p))
             if r.returncode != 0:
-                res.problems.append(f"{p.name}: git apply failed after --check passed:\n    " + r.stderr.strip())
+                res.problems.append(f"{name}: git apply failed after --check passed:\n    " + r.stderr.strip())
                 return res
         written = []
         for f in new_files:
-            rel = f.relative_to(files_root).as_posix()
+            rel = f.path
             if (checkout / rel).exists():
                 res.notes.append(f"files/{rel} replaces a file that exists in the checkout")
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, tmp / rel)
+            (tmp / rel).write_bytes(f.content)
             written.append(rel)
         py = sorted({r for r in touched | set(written) if r.endswith(".py") and (tmp / r).is_file()})
         roots = [tmp, checkout]

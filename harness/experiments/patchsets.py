@@ -1,4 +1,5 @@
-"""Patch sets: a folder under `patches/` with ordered `*.patch` files and an optional `files/` tree.
+"""Patch sets: a folder under `patches/` with ordered `*.patch` files, an optional `files/` tree and files taken
+from the project (`files_from`); per-version variants in subfolders that inherit the rest (patchlayers.py).
 
 A patch set is read once on the controller into plain data (texts and bytes) that travels inside the
 attempt spec, and hashed so results can say exactly which patch contents produced them.
@@ -10,6 +11,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from pydantic import field_validator
 
@@ -17,22 +19,48 @@ from ..common.diffheaders import diff_files
 from ..common.patchpaths import patch_set_refusals
 from ..errors import ConfigError
 from .config import Strict, validate_model
-from .yamlsrc import load_yaml
+from .patchlayers import Layer, Source, inherit, ordered_files, ordered_patches, own_layer, read_bytes, referenced_files
+from .yamlsrc import YamlDoc, load_yaml
 
 # --------------------------------------------------------------------------- patchset.yaml
 
 TARGET_ID = r"^(harness-sim|sglang==[0-9][0-9A-Za-z.+-]*)$"
 
 
+class VariantMeta(Strict):
+    """A variant: its folder (`sglang==0.5.16: sglang-0.5.16` is short for `{folder: sglang-0.5.16}`), and the
+    top level's patch files (`0002-x.patch`) or files (`files/<path>`) it leaves out instead of inheriting."""
+
+    folder: str
+    drop: tuple[str, ...] = ()
+
+    @field_validator("folder")
+    @classmethod
+    def _plain_folder(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9._-]+$", v) or v in (".", "..", "files"):
+            raise ValueError(f"variant folder {v!r} must be one plain subfolder name of the patch set")
+        return v
+
+    @field_validator("drop")
+    @classmethod
+    def _drop_entries(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in v:
+            if not (entry.endswith(".patch") and "/" not in entry) and not entry.startswith("files/"):
+                raise ValueError(f"drop {entry!r}: write a top-level patch file's name or files/<path>")
+        return v
+
+
 class PatchSetMeta(Strict):
     """`applies_to`: the target(s) the set's top-level patches are made for ('sglang==0.5.23' or a list of
-    them). `variants`: more targets, each with its own subfolder holding that version's patches and
-    files/ (the agent picks the variant matching the host's SGLang)."""
+    them). `variants`: more targets, each with a subfolder holding only what differs for that version (it
+    inherits the rest from the top level; the agent picks the variant matching the host's SGLang).
+    `files_from`: whole files taken from the project (target repo path → path from the project root)."""
 
     description: str = ""
     applies_to: str | list[str] | None = None
-    variants: dict[str, str] | None = None
+    variants: dict[str, VariantMeta] | None = None
     order: tuple[str, ...] | None = None
+    files_from: dict[str, str] | None = None
 
     @field_validator("applies_to")
     @classmethod
@@ -42,14 +70,17 @@ class PatchSetMeta(Strict):
                 raise ValueError(f"{t!r} is not a target: write 'sglang==<version>' or 'harness-sim'")
         return v
 
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _folder_alone(cls, v: Any) -> Any:
+        return {t: {"folder": f} if isinstance(f, str) else f for t, f in v.items()} if isinstance(v, dict) else v
+
     @field_validator("variants")
     @classmethod
-    def _variant_folders(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for target, folder in (v or {}).items():
+    def _variant_targets(cls, v: dict[str, VariantMeta] | None) -> dict[str, VariantMeta] | None:
+        for target in v or {}:
             if not re.match(TARGET_ID, target):
                 raise ValueError(f"variant {target!r} is not a target: write 'sglang==<version>'")
-            if not re.match(r"^[A-Za-z0-9._-]+$", folder) or folder in (".", "..", "files"):
-                raise ValueError(f"variant folder {folder!r} must be one plain subfolder name of the patch set")
         return v
 
     def targets(self) -> tuple[str, ...]:
@@ -58,10 +89,9 @@ class PatchSetMeta(Strict):
         return (v,) if isinstance(v, str) else tuple(v or ())
 
 
-def load_patchset_meta(file: Path) -> PatchSetMeta:
+def load_patchset_meta(file: Path) -> tuple[PatchSetMeta, YamlDoc]:
     doc = load_yaml(file)
-    return validate_model(PatchSetMeta, doc.data if doc.data is not None else {}, doc, what="patch set")
-
+    return validate_model(PatchSetMeta, doc.data if doc.data is not None else {}, doc, what="patch set"), doc
 
 
 @dataclass(frozen=True)
@@ -79,7 +109,8 @@ class NewFile:
 
 @dataclass(frozen=True)
 class Variant:
-    """One version's content of a patch set: the patches and new files made for `applies_to`."""
+    """One version's content of a patch set, as applied: the patches and new files made for `applies_to` (a
+    variant's own with what it inherits from the top level)."""
 
     applies_to: tuple[str, ...]  # 'sglang==<version>' or 'harness-sim'; empty: not said
     patches: tuple[PatchFile, ...]
@@ -113,7 +144,8 @@ class PatchSet:
 
     @property
     def sha256(self) -> str:
-        """Over every variant's content (one variant: the same hash as before variants existed)."""
+        """Over every variant's content as applied, inherited files included (one variant: the same hash as
+        before variants existed)."""
         return variants_digest(self.variants)
 
 
@@ -133,6 +165,8 @@ def variants_digest(variants: tuple[Variant, ...]) -> str:
 
 def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None = None,
                    line: int | None = None) -> PatchSet:
+    """Read patches_dir/name: the top level, then each variant as the top level with its folder laid over it
+    (patchlayers.py). `files_from` paths are read from patches_dir's parent, the project root."""
     folder = patches_dir / name
     if not folder.is_dir():
         available = sorted(p.name for p in patches_dir.iterdir() if p.is_dir()) if patches_dir.is_dir() else []
@@ -143,81 +177,96 @@ def load_patch_set(patches_dir: Path, name: str, *, referenced_from: Path | None
             else f"create {folder}/ with *.patch files",
         )
     meta_file = folder / "patchset.yaml"
-    meta = load_patchset_meta(meta_file) if meta_file.exists() else None
-    order = meta.order if meta else None
-    variants = [_load_variant(folder, meta.targets() if meta else (), order, meta_file, name)]
-    for target, sub in (meta.variants or {}).items() if meta else ():
-        if target in variants[0].applies_to:
+    meta, doc = load_patchset_meta(meta_file) if meta_file.exists() else (PatchSetMeta(), None)
+
+    def lines(*key: str) -> dict[str, int | None]:
+        return entry_lines(doc, key)
+
+    top = own_layer(folder)
+    shared = referenced_files(meta.files_from or {}, patches_dir.parent, meta_file, lines("files_from"))
+    if clash := sorted(set(shared) & set(top.files)):
+        raise ConfigError(f"{clash[0]} is both a files/ entry and under files_from", file=meta_file,
+                          line=shared[clash[0]].line, hint=f"keep one: delete {folder / 'files' / clash[0]} or "
+                                                           "the files_from entry")
+    top.files.update(shared)
+    layers = [(meta.targets(), folder, top, name)]
+    for target, spec in (meta.variants or {}).items():
+        sub, drop = spec.folder, spec.drop
+        if target in meta.targets():
             raise ConfigError(f"variant {target} is also in applies_to (the top-level patches)", file=meta_file,
                               hint="list a target once: in applies_to for the top level, or under variants")
         if not (folder / sub).is_dir():
             raise ConfigError(f"variant {target}: folder {folder / sub} not found", file=meta_file,
-                              hint=f"put that version's *.patch files (and files/) in {folder / sub}/")
-        variants.append(_load_variant(folder / sub, (target,), None, meta_file, f"{name} ({target})"))
-    return PatchSet(name, folder, meta.description if meta else "", tuple(variants))
+                              hint=f"put what differs for that version (*.patch files, files/) in {folder / sub}/")
+        own = own_layer(folder / sub)
+        if own.empty and not drop:
+            raise ConfigError(f"variant {target}: {folder / sub} holds no *.patch file and no files/ entry: it "
+                              "would be the top level itself", file=meta_file, line=lines("variants").get(target),
+                              hint=f"add {target} to applies_to instead, or put what differs in {folder / sub}/")
+        merged = inherit(top, own, drop, meta_file, lines("variants", target, "drop"))
+        layers.append(((target,), folder / sub, merged, f"{name} ({target})"))
+    order = meta.order
+    if order is not None and (missing := [n for n in order if all(n not in la.patches for _, _, la, _ in layers)]):
+        raise ConfigError(f"order lists missing patch file(s): {', '.join(missing)}", file=meta_file)
+    variants = tuple(_variant(applies_to, at, layer, order, label) for applies_to, at, layer, label in layers)
+    return PatchSet(name, folder, meta.description, variants)
 
 
-def _load_variant(folder: Path, applies_to: tuple[str, ...], order: tuple[str, ...] | None, meta_file: Path,
-                  label: str) -> Variant:
-    patch_files = sorted(folder.glob("*.patch"))
-    if order is not None:
-        by_name = {p.name: p for p in patch_files}
-        missing = [n for n in order if n not in by_name]
-        if missing:
-            raise ConfigError(f"order lists missing patch file(s): {', '.join(missing)}", file=meta_file)
-        patch_files = [by_name[n] for n in order]
+def entry_lines(doc: YamlDoc | None, key: tuple[str, ...]) -> dict[str, int | None]:
+    """The YAML's line of each entry under `key`: a mapping's keys, a list's items (for errors that name one)."""
+    data = doc.data if doc else None
+    for k in key:
+        data = data.get(k) if isinstance(data, dict) else None
+    if isinstance(data, dict):
+        return {str(k): doc.line_of((*key, k)) if doc else None for k in data}
+    if isinstance(data, list):
+        return {str(e): doc.line_of((*key, i)) if doc else None for i, e in enumerate(data)}
+    return {}
+
+
+def _variant(applies_to: tuple[str, ...], folder: Path, layer: Layer, order: tuple[str, ...] | None,
+             label: str) -> Variant:
+    """One variant's content read and checked: each patch a diff git applies, each path inside the tree."""
     patches = []
-    for p in patch_files:
+    for name, src in ordered_patches(layer, order):
         try:
             # Bytes, then decode: reading as text would turn CRLF content into LF and the patch would
             # no longer match a file that has CRLF line ends.
-            text = p.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read patch: {exc}", file=p) from None
+            text = read_bytes(src).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"cannot read patch: {exc}", file=src.named) from None
         if not is_diff(text):
             raise ConfigError("not a diff git can apply (no '+++' header, no `diff --git` rename or mode change)",
-                              file=p, hint="make patches with `git diff` relative to the target repo root")
-        patches.append(PatchFile(p.name, text))
-    files = []
-    files_root = folder / "files"
-    if files_root.is_dir():
-        for f in sorted(files_root.rglob("*")):
-            if f.is_dir() and not f.is_symlink():
-                continue
-            if f.is_symlink() or not f.is_file():
-                # Skipping it would apply something other than what the folder shows; following it could
-                # read any file of this machine into the host's tree.
-                what = "a symbolic link" if f.is_symlink() else "not a regular file"
-                raise ConfigError(f"files/{f.relative_to(files_root).as_posix()} is {what}: a patch set's files/ "
-                                  "holds regular files only", file=f,
-                                  hint="copy the file itself there, or make the link with a patch (`git diff` "
-                                       "writes links as `new file mode 120000`)")
-            rel = PurePosixPath(*f.relative_to(files_root).parts)
-            files.append(NewFile(str(rel), f.read_bytes(), 0o755 if f.stat().st_mode & 0o111 else 0o644))
+                              file=src.named, hint="make patches with `git diff` relative to the target repo root")
+        patches.append(PatchFile(name, text))
+    files = [NewFile(path, read_bytes(src), 0o755 if src.read.stat().st_mode & 0o111 else 0o644)
+             for path, src in ordered_files(layer)]
     if not patches and not files:
         raise ConfigError(f"patch set {label!r} is empty", file=folder,
                           hint="add *.patch files or a files/ tree")
-    check_paths(folder, patches, files)  # first: a write through a link is a refusal of its own kind
-    _check_files_below_diff_files(patches, files, files_root)
+    sources = {**layer.patches, **{f"files/{path}": src for path, src in layer.files.items()}}
+    check_paths(sources, patches, files)  # first: a write through a link is a refusal of its own kind
+    _check_files_below_diff_files(patches, files, layer.files)
     return Variant(applies_to, tuple(patches), tuple(files), folder)
 
 
-def check_paths(folder: Path, patches: list[PatchFile], files: list[NewFile]) -> None:
+def check_paths(sources: dict[str, Source], patches: list[PatchFile], files: list[NewFile]) -> None:
     """The path rule (harness/common/patchpaths.py), before any host is contacted: every path the set writes
     is inside the work tree, outside .git/, and not reached through a symbolic link the set creates."""
     refusals = patch_set_refusals([(p.name, p.text) for p in patches], [f.path for f in files])
     if not refusals:
         return
     first = refusals[0]
+    src = sources[first.source]
     if first.source.startswith("files/"):
-        raise ConfigError(f"{first.source} {first.reason}", file=folder / first.source,
+        raise ConfigError(f"{src.label} {first.reason}", file=src.named, line=src.line,
                           hint="a patch set may only write inside the work tree, never into .git/ or through "
                                "a symbolic link")
     same = [r for r in refusals if r.source == first.source]
     listed = "; ".join(f"{r.path} {r.reason}" + (f" (line {r.line})" if r.line and r is not first else "")
                        for r in same)
     raise ConfigError(f"patch touches paths outside the target repo or inside .git/: {listed}",
-                      file=folder / first.source, line=first.line,
+                      file=src.named, line=first.line,
                       hint="name files relative to the repo root as `git diff` does (`--- a/pkg/x.py`, "
                            "`+++ b/pkg/x.py`; `/dev/null` only on the side of a new or deleted file), without "
                            "'..' or .git/, never through a symbolic link the patch set creates; links must "
@@ -238,15 +287,16 @@ def is_diff(text: str) -> bool:
 
 
 
-def _check_files_below_diff_files(patches: list[PatchFile], files: list[NewFile], files_root: Path) -> None:
+def _check_files_below_diff_files(patches: list[PatchFile], files: list[NewFile], sources: dict[str, Source]) -> None:
     """files/foo.py/bar where the set's own diff leaves foo.py a file: it can never be written on any host
     (the agent would refuse it too, after contacting one)."""
     written = {f.new for patch in patches for f in diff_files(patch.text) if f.new and not f.link and not f.deleted}
     for entry in files:
         clash = next((str(d) for d in PurePosixPath(entry.path).parents if str(d) in written), None)
         if clash:
-            raise ConfigError(f"files/{entry.path} cannot be written: the patch set's diff makes {clash} a file, "
-                              f"not a folder", file=files_root / entry.path,
+            src = sources[entry.path]
+            raise ConfigError(f"{src.label} cannot be written: the patch set's diff makes {clash} a file, "
+                              f"not a folder", file=src.named, line=src.line,
                               hint="move the file to a path that is not below a file the patches write")
 
 

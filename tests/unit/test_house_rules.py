@@ -1,6 +1,7 @@
 """The house rules of issue #32, checked on the code as it is: modules stay small, a status is the `Status`
 enum everywhere but where it is defined and stored, and the controller reads the agent's final report by its
-typed attributes, never by string keys."""
+typed attributes, never by string keys. And of issue #46, on the patch sets: a variant holds only what differs
+from what it inherits, and a kernels/ file is named (`files_from`), never copied under patches/."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.common.protocol import Status
 
@@ -116,3 +118,66 @@ def test_the_layout_page_names_every_module():
     modules.add("__init__.py")
     assert modules - listed == set(), "add a line to docs/layout.md for each"
     assert listed - modules == set(), "docs/layout.md names modules that are gone"
+
+
+# --------------------------------------------------------------------------- patch sets (issue #46)
+
+PROJECT = PACKAGE.parent
+HEADER = re.compile(rb"(?:#[^\n]*\n)*")  # leading comment lines: a generated-copy header
+
+
+def redundant_variant_files(patches: Path) -> list[str]:
+    """Files of a variant folder with the same bytes as what the variant inherits without them: the top level's
+    patch file or files/ entry of that name, or the project file `files_from` names for that path."""
+    found = []
+    for meta_file in sorted(patches.glob("*/patchset.yaml")):
+        meta = yaml.safe_load(meta_file.read_text()) or {}
+        top, files_from = meta_file.parent, meta.get("files_from") or {}
+        for spec in (meta.get("variants") or {}).values():
+            sub = top / (spec if isinstance(spec, str) else spec["folder"])
+            for f in sorted(sub.glob("*.patch")) + sorted(p for p in sub.glob("files/**/*") if p.is_file()):
+                rel = f.relative_to(sub)
+                inherited = top / rel
+                if rel.parts[0] == "files" and "/".join(rel.parts[1:]) in files_from:
+                    inherited = patches.parent / files_from["/".join(rel.parts[1:])]
+                if inherited.is_file() and inherited.read_bytes() == f.read_bytes():
+                    found.append(f.relative_to(patches).as_posix())
+    return found
+
+
+def kernel_copies(patches: Path, kernels: Path) -> list[str]:
+    """Files under patches/ that are a kernels/ file: byte for byte, or behind leading comment lines."""
+    sources = {k.relative_to(kernels).as_posix(): k.read_bytes() for k in sorted(kernels.rglob("*.py"))}
+    found = []
+    for f in sorted(p for p in patches.rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        found += [f"{f.relative_to(patches).as_posix()} (kernels/{name})" for name, k in sources.items()
+                  if k and data.endswith(k) and HEADER.fullmatch(data[:len(data) - len(k)])]
+    return found
+
+
+def test_no_variant_file_repeats_what_the_variant_inherits():
+    assert redundant_variant_files(PROJECT / "patches") == [], "delete them: the variant inherits those bytes"
+
+
+def test_no_kernel_is_copied_under_patches():
+    assert kernel_copies(PROJECT / "patches", PROJECT / "kernels") == [], (
+        "name the kernel under files_from in the set's patchset.yaml instead (docs/patch-sets.md)")
+
+
+def test_the_patch_set_rules_see_a_repeated_file_and_a_copied_kernel(tmp_path):
+    k = b"def kernel():\n    return 1\n"
+    files = {"kernels/k.py": k,
+             "patches/s/patchset.yaml": b"variants: {sglang==0.5.16: old}\nfiles_from: {pkg/k.py: kernels/k.py}\n",
+             "patches/s/0001-a.patch": b"same\n", "patches/s/old/0001-a.patch": b"same\n",
+             "patches/s/files/pkg/m.py": b"M = 1\n", "patches/s/old/files/pkg/m.py": b"M = 2\n",
+             "patches/s/old/files/pkg/k.py": k,  # what files_from gives the variant anyway
+             "patches/t/files/pkg/copy.py": b"# Generated from kernels/k.py: do not edit.\n" + k,
+             "patches/t/files/pkg/edited.py": b"# Generated from kernels/k.py\n" + k.replace(b"1", b"2"),
+             "patches/t/files/pkg/wrapped.py": b"import x\n" + k}
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    assert redundant_variant_files(tmp_path / "patches") == ["s/old/0001-a.patch", "s/old/files/pkg/k.py"]
+    assert kernel_copies(tmp_path / "patches", tmp_path / "kernels") == [
+        "s/old/files/pkg/k.py (kernels/k.py)", "t/files/pkg/copy.py (kernels/k.py)"]

@@ -29,10 +29,10 @@ def patches(tmp_path) -> Path:
     root = tmp_path / "patches"
     s = root / "gc"
     (s / "files" / "pkg").mkdir(parents=True)
-    (s / "0001-new.patch").write_text(diff("x.py", "a", "new"))
+    (s / "0001-x.patch").write_text(diff("x.py", "a", "new"))
     (s / "files" / "pkg" / "helper.py").write_text("NEW = 1\n")
     (s / "old-sglang" / "files" / "pkg").mkdir(parents=True)
-    (s / "old-sglang" / "0001-old.patch").write_text(diff("x.py", "a", "old"))
+    (s / "old-sglang" / "0001-x.patch").write_text(diff("x.py", "a", "old"))  # overrides the top level's
     (s / "old-sglang" / "files" / "pkg" / "helper.py").write_text("OLD = 1\n")
     (s / "patchset.yaml").write_text("description: d\napplies_to: sglang==0.5.23\n"
                                      "variants: {sglang==0.5.16: old-sglang}\n")
@@ -46,8 +46,8 @@ def test_a_set_reads_each_variant_from_its_own_folder(patches):
     ps = load_patch_set(patches, "gc")
     assert ps.has_variants and ps.applies_to == ("sglang==0.5.23", "sglang==0.5.16")
     new, old = ps.variant_for("sglang==0.5.23"), ps.variant_for("sglang==0.5.16")
-    assert [p.name for p in new.patches] == ["0001-new.patch"] and new.files[0].content == b"NEW = 1\n"
-    assert [p.name for p in old.patches] == ["0001-old.patch"] and old.files[0].content == b"OLD = 1\n"
+    assert [p.text for p in new.patches] == [diff("x.py", "a", "new")] and new.files[0].content == b"NEW = 1\n"
+    assert [p.text for p in old.patches] == [diff("x.py", "a", "old")] and old.files[0].content == b"OLD = 1\n"
     assert ps.variant_for("sglang==0.5.20") is None
 
 
@@ -57,8 +57,8 @@ def test_a_variant_sets_hash_names_each_variants_targets_then_its_content(patche
     (patches / "gc" / "patchset.yaml").write_text("applies_to: [sglang==0.5.23, sglang==0.5.24]\n"
                                                   "variants: {sglang==0.5.16: old-sglang}\n")
     h = hashlib.sha256()
-    for target, patch, old_new, helper in (("sglang==0.5.23,sglang==0.5.24", "0001-new.patch", "new", b"NEW = 1\n"),
-                                            ("sglang==0.5.16", "0001-old.patch", "old", b"OLD = 1\n")):
+    for target, patch, old_new, helper in (("sglang==0.5.23,sglang==0.5.24", "0001-x.patch", "new", b"NEW = 1\n"),
+                                            ("sglang==0.5.16", "0001-x.patch", "old", b"OLD = 1\n")):
         h.update(b"variant\0" + target.encode() + b"\0")
         h.update(b"patch\0" + patch.encode() + b"\0" + diff("x.py", "a", old_new).encode() + b"\0")
         h.update(b"file\0pkg/helper.py\0" + oct(0o644).encode() + b"\0" + helper + b"\0")
@@ -96,7 +96,7 @@ def test_the_spec_carries_every_variant_tagged_and_plain_sets_untagged(patches, 
     spec = build_spec(resolve(load_experiment(f), f, patches), HostConfig(address="local", repo="/r", python="py"),
                       run_id="r", attempt_id="a")
     assert [(p.set, p.name, p.applies_to) for p in spec.patches] == [
-        ("gc", "0001-new.patch", ["sglang==0.5.23"]), ("gc", "0001-old.patch", ["sglang==0.5.16"]),
+        ("gc", "0001-x.patch", ["sglang==0.5.23"]), ("gc", "0001-x.patch", ["sglang==0.5.16"]),
         ("plain", "0001-p.patch", None)]
     assert [(x.path, x.applies_to) for x in spec.files] == [("pkg/helper.py", ["sglang==0.5.23"]),
                                                              ("pkg/helper.py", ["sglang==0.5.16"])]

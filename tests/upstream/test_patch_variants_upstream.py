@@ -1,9 +1,8 @@
 """Patch sets with variants for other SGLang releases (`variants:` in patchset.yaml, each a subfolder with
 the same layout as the set's top level): every variant applies to its release's real source (the PyPI wheel laid out as a
 checkout), compiles, and the sglang imports it adds resolve there -- checked with
-`scripts/check_patch_variants.py`, the way an engineer checks them by hand. Copies of shared files stay the
-same across variants: the kernel's are generated from kernels/ (scripts/sync_kernel_copies.py), the gather
-module's byte-identical.
+`scripts/check_patch_variants.py`, the way an engineer checks them by hand. Shared files are one file: the
+kernel's are kernels/ itself (`files_from`), the gather module the top level's, which the variant inherits.
 
 Needs PyPI the first time for each release (cached in ~/.cache/harness-tests/); HARNESS_SKIP_UPSTREAM=1
 skips them.
@@ -28,8 +27,8 @@ pytestmark = pytest.mark.integration
 if os.environ.get(SKIP_ENV) == "1":
     pytest.skip(f"{SKIP_ENV}=1", allow_module_level=True)
 
-KERNEL = PROJECT / "kernels" / "fp8_mla_decode.py"
-ATTN = Path("files/python/sglang/srt/layers/attention")
+KERNELS = PROJECT / "kernels"
+ATTN = "python/sglang/srt/layers/attention"
 
 
 def _load_script(name):
@@ -57,17 +56,16 @@ def test_variants_are_declared_and_each_has_content():
             assert v.patches or v.files, f"{v.folder}: no *.patch files and no files/"
 
 
-def test_shared_files_stay_identical_across_variants():
-    sync = _load_script("sync_kernel_copies")
-    for folder in [PATCHES / "custom_fp8_mla", *sorted((PATCHES / "custom_fp8_mla").glob("sglang-*"))]:
-        for kernel, name in ((KERNEL, "custom_fp8_mla_decode.py"),
-                             (KERNEL.with_name("fp8_mla_decode_cuda.py"), "custom_fp8_mla_decode_cuda.py")):
-            copy = folder / ATTN / name
-            assert copy.read_bytes() == sync.copy_bytes(kernel.name, kernel.read_bytes()), (
-                f"{copy} differs from {kernel}: run python3 scripts/sync_kernel_copies.py")
-    top = PATCHES / "flashinfer_mla_gather_cast" / ATTN / "mla_gather_cast.py"
-    for folder in sorted((PATCHES / "flashinfer_mla_gather_cast").glob("sglang-*")):
-        assert (folder / ATTN / "mla_gather_cast.py").read_bytes() == top.read_bytes(), folder
+def test_shared_files_are_the_same_bytes_in_every_variant():
+    for variant in load_patch_set(PATCHES, "custom_fp8_mla").variants:
+        files = {f.path: f.content for f in variant.files}
+        for kernel, name in (("fp8_mla_decode.py", "custom_fp8_mla_decode.py"),
+                             ("fp8_mla_decode_cuda.py", "custom_fp8_mla_decode_cuda.py"),
+                             ("mla_prefill_gather.py", "custom_fp8_mla_prefill_gather.py")):
+            assert files[f"{ATTN}/{name}"] == (KERNELS / kernel).read_bytes(), (variant.applies_to, name)
+    gather = load_patch_set(PATCHES, "flashinfer_mla_gather_cast")
+    modules = {v.applies_to: {f.path: f.content for f in v.files}[f"{ATTN}/mla_gather_cast.py"] for v in gather.variants}
+    assert len(modules) == 2 and len(set(modules.values())) == 1, "the 0.5.16 variant inherits the module"
 
 
 @pytest.fixture(scope="module", params=releases())

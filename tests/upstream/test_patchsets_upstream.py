@@ -92,7 +92,7 @@ def test_upstream_patch_sets_are_found():
 @pytest.mark.parametrize("set_name", UPSTREAM_SETS)
 def test_patch_set_applies_compiles_and_reverts(set_name, sglang_template, sglang_repo, upstream_host):
     meta = yaml.safe_load((PATCHES / set_name / "patchset.yaml").read_text(encoding="utf-8"))
-    assert isinstance(meta, dict) and set(meta) <= {"description", "applies_to", "variants", "order"}, meta
+    assert isinstance(meta, dict) and set(meta) <= {"description", "applies_to", "variants", "order", "files_from"}, meta
     expected_py = python_files_touched(set_name)
     if set_name == GATHER_CAST:
         assert expected_py == {MLA_BACKEND, GATHER_MODULE}
