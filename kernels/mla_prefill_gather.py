@@ -15,8 +15,8 @@ in the same order as with the full cast, and the attention result is the same.
 
 Used only for an eager paged prefill of an FP8 pool without speculative or DCP metadata (the MHA paths
 and ragged prefill never read the pool; a prefill inside a piecewise CUDA graph keeps the stock cast, as
-its shapes must not depend on the batch). One source: ``kernels/mla_prefill_gather.py``; the patch sets
-carry generated copies (``scripts/sync_kernel_copies.py``). Imports nothing from SGLang at module level
+its shapes must not depend on the batch). One source: ``kernels/mla_prefill_gather.py``, which the patch
+sets name under ``files_from`` (applied byte for byte). Imports nothing from SGLang at module level
 except the optional graph-mode probes, so it loads under any SGLang version that has them or not.
 """
 
