@@ -12,6 +12,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.experiments.patchsets import load_patch_set
 from harness.experiments.spec import patch_entries
+from harness.patchtools.check import dry_check
 from tests.conftest import PATCHES, PROJECT
 
 ATTN = "python/sglang/srt/layers/attention"
@@ -68,6 +69,19 @@ def test_the_spec_carries_each_variants_whole_content_so_the_agent_needs_nothing
     assert [(f["path"], f["applies_to"]) for f in files] == [
         ("pkg/differs.py", ["sglang==0.5.23"]), ("pkg/shared.py", ["sglang==0.5.23"]),
         ("pkg/differs.py", ["sglang==0.5.16"]), ("pkg/shared.py", ["sglang==0.5.16"])]
+
+
+def test_patch_check_checks_a_variant_with_what_it_inherits(project, tmp_path):
+    checkout = tmp_path / "sglang"
+    write(checkout, {"python/sglang/version.py": '__version__ = "0.5.16"\n', "x.py": "a\n", "y.py": "a\n",
+                     "z.py": "a\n"})
+    assert dry_check(load_patch_set(project / "patches", "s"), checkout) == []
+    (project / "patches/s/files/pkg/shared.py").write_text("def broken(:\n")  # the top level's, inherited
+    (problem,) = dry_check(load_patch_set(project / "patches", "s"), checkout)
+    assert "files/pkg/shared.py does not compile" in problem
+    (project / "patches/s/0003-c.patch").write_text(diff("z.py", "top-c").replace("-a", "-not-there"))
+    (problem,) = dry_check(load_patch_set(project / "patches", "s"), checkout)
+    assert "0003-c.patch does not apply" in problem
 
 
 def test_an_inherited_file_that_changes_changes_the_hash_and_the_variants_content(project):
