@@ -21,6 +21,7 @@ from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
 from ..results.store import ResultsStore
+from ..results.units import metric_title
 from ..run.runner import AttemptOutcome
 from ..safetext import display_line, display_lines
 
@@ -225,18 +226,11 @@ def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | 
     return fit_widths([lo for lo, _ in extents], [hi for _, hi in extents], width - 3 * len(headers) + 1)
 
 
-def _metric_title(metric: str) -> str:
-    """'output_throughput (tok/s), higher is better': the line above the table or the blocks."""
-    lower = "lower" if compare.lower_is_better(metric) else "higher"
-    unit = compare.metric_unit(metric)
-    return f"{metric}{f' ({unit})' if unit else ''}, {lower} is better"
-
-
 def comparison_table(rows: list[compare.Row], metric: str, width: int) -> Table:
     """The terminal table for a console `width` wide: one row per experiment, or, when that cannot fit without
     cutting words, the compact layout with each bench case on a line of its own."""
     # the legend is printed below
-    table = Table(title=Text(_metric_title(metric)), title_justify="left", show_edge=False)
+    table = Table(title=Text(metric_title(metric, better=True)), title_justify="left", show_edge=False)
     headers, lines = _comparison_cells(rows, metric, one_row_per_case=False)
     widths = _column_widths(headers, lines, width)
     if widths is None:
@@ -284,7 +278,7 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
     then which row is the baseline. `chosen`: the harness picked the baseline, not the user."""
     table = comparison_table(rows, metric, out.width)
     if all(c.width is None for c in table.columns):  # no layout fits without cutting words
-        out.print(Text(_metric_title(metric)), soft_wrap=False)
+        out.print(Text(metric_title(metric, better=True)), soft_wrap=False)
         for line in comparison_blocks(rows, metric):
             out.print(Text(line), soft_wrap=False)
     else:
