@@ -17,6 +17,7 @@ from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
 from ..results import answers, compare, families, outliers, plots, tableformats
+from ..results.attemptdir import AttemptDir
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
@@ -331,4 +332,4 @@ def show_outcomes(out: Console, outcomes: list[AttemptOutcome]) -> None:
         if r.revert is not None:
             facts.append("tree restored byte-identical" if r.revert.verified else "[red]TREE NOT RESTORED[/]")
         out.print("    " + ", ".join(facts), highlight=False)
-        out.print(f"    record: {o.directory / 'record.json'}", highlight=False)
+        out.print(f"    record: {AttemptDir(o.directory).record}", highlight=False)

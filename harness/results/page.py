@@ -305,7 +305,7 @@ def log_excerpts(records: list[Record], stores: Mapping[str, ResultsStore]) -> d
         store = stores.get(rec.run_id)
         if rec.status == Status.OK or store is None:
             continue
-        src = store.run_path(rec.run_id) / rec.experiment / rec.attempt / "server.log"
+        src = store.attempt_of(rec).server_log
         if not src.is_file():
             continue
         rel = f"logs/{_safe(rec.run_id)}/{_safe(rec.experiment)}-{_safe(rec.attempt)}.log.txt"

@@ -560,8 +560,9 @@ def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_wha
     from harness.errors import HarnessError
     from harness.experiments.config import HostConfig, load_experiment
     from harness.experiments.resolve import resolve
+    from harness.results.attemptdir import PROVISIONAL
     from harness.results.schemas import Record
-    from harness.results.store import PROVISIONAL, ResultsStore, load_record
+    from harness.results.store import ResultsStore, load_record
     from harness.run.runner import run_attempt
     from tests.conftest import PATCHES, write_experiment
 
