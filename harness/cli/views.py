@@ -115,7 +115,7 @@ def print_sparklines(out: Console, runs: list[tuple[ResultsStore, str]], records
 
 def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,
                  against: dict[str, Any] | None = None) -> Path:
-    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path. `against`: the run against
+    """`harness report --html`: the runs' page in `out_dir` (results/page.py); its path. `against`: the run against
     an earlier one (nightstext.page_context), shown first; a bisect run's table and answer head the page."""
     from ..results.bisecttext import page_context
     from ..results.page import write_html

@@ -30,7 +30,7 @@ _WARMUP = ".warmup"
 _RANK0_TRACES = "*-TP-0*.trace.json*"  # SGLang's trace of tensor-parallel rank 0 (.json or .json.gz)
 
 
-def warmup_case(case: str) -> str:
+def warmup_name(case: str) -> str:
     """The name a bench case's warm-up files go by beside its own: `<case>.warmup`."""
     return case + _WARMUP
 
@@ -38,7 +38,7 @@ def warmup_case(case: str) -> str:
 def bench_outputs(final: Final) -> list[tuple[str, str]]:
     """(name, JSONL path on the host) of every bench output to fetch: each case's, then each warm-up's as
     `<case>.warmup` (its log beside it, as a case's)."""
-    warmups = [(warmup_case(c.name), c.warmup_file) for c in final.bench.cases or [] if c.warmup_file]
+    warmups = [(warmup_name(c.name), c.warmup_file) for c in final.bench.cases or [] if c.warmup_file]
     return list((final.bench.files or {}).items()) + warmups
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import bisection as b
-from .compare import Cell, cell_of
+from .compare import Cell, cell_of, interval_text
 from .schemas import BisectInfo, Record
 from .units import metric_title
 
@@ -83,8 +83,7 @@ def ratio_text(cell: Cell | None) -> str:
     """'1.15x ▼ [1.12–1.18]': the step against an end, marked as the comparison table marks it."""
     if cell is None or cell.ratio is None:
         return "-"
-    interval = f"[{cell.low:.2f}–{cell.high:.2f}]" if cell.low is not None and cell.high is not None else ""
-    return " ".join(x for x in (f"{cell.ratio:.2f}x", cell.marker, interval) if x)
+    return " ".join(x for x in (f"{cell.ratio:.2f}x", cell.marker, interval_text(cell)) if x)
 
 
 def cells(row: Row) -> list[str]:

@@ -20,7 +20,6 @@ import fcntl
 import gzip
 import json
 import os
-import re
 import secrets
 import tempfile
 import time
@@ -37,7 +36,6 @@ from .metrics import parse_jsonl
 from .schemas import BISECT_SCHEMA, RUN_SCHEMA, SCHEMA, BisectInfo, Record, RunInfo
 
 BISECT_FILE = "bisect.json"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 # ============================================================================ the store
@@ -45,10 +43,6 @@ SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNO
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 class ResultsStore:

@@ -14,12 +14,11 @@ from ..common.protocol import Final, Hello, RecoveryReport, Spec, Status
 from ..common.wire import plain
 from ..errors import HarnessError
 from ..experiments.resolve import Resolved
-from ..masking import mask_secrets, redact_argv
+from ..masking import mask_secrets, redact_argv, redact_env
 from ..results.answers import own_stats, parse_answers
 from ..results.attemptdir import AttemptDir
 from ..results.metrics import summarize
 from ..results.schemas import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt
-from ..results.store import redact_env
 from ..triage.classify import hang_hint, triage_file
 from ..triage.logtext import clean_line, iter_file_lines
 

@@ -161,3 +161,40 @@ def test_the_metric_rule_sees_a_second_table():
                      "t = f\"{metric}{f' ({unit})' if unit else ''}\"\n")
     assert metric_wordings({"results/nights.py": copy}) == {
         "results/nights.py:1 def metric_label", "results/nights.py:3 lower/higher", "results/nights.py:4 (unit)"}
+
+
+# Functions with one home: a second `def` of the name anywhere in harness/ (the agent's side included) is a copy.
+ONE_HOME = {
+    "connectable_host": "common/hostaddr.py",  # the agent and the controller both import it from common/
+    "redact_env": "masking.py", "secret_values": "masking.py",
+    "judge": "results/compare.py", "interval_text": "results/compare.py", "number": "results/units.py",
+    **{name: "results/units.py" for name in METRIC_WORDS},
+    "load_yaml": "experiments/yamlsrc.py",
+}
+# Where a YAML file is read: the files a command is given at the door, and a patch set's patchset.yaml.
+YAML_READERS = {"experiments/files.py", "experiments/patchsets.py", "experiments/yamlsrc.py"}
+
+
+def homeless(trees: dict[str, ast.Module]) -> set[str]:
+    """'module:name' of each definition of a ONE_HOME name outside its home, and each YAML read outside
+    YAML_READERS."""
+    found = set()
+    for rel, tree in trees.items():
+        for fn in _functions(tree):
+            if fn.name in ONE_HOME and ONE_HOME[fn.name] != rel:
+                found.add(f"{rel}:{fn.name}")
+        if rel not in YAML_READERS and "load_yaml" in _called(tree):
+            found.add(f"{rel}:load_yaml()")
+    return found
+
+
+@SKIP_MUTANTS
+def test_each_shared_function_has_one_home():
+    trees = _modules()
+    assert {home for home in ONE_HOME.values()} <= set(trees)
+    assert homeless(trees) == set(), "import the one definition (common/ for what the agent needs too)"
+
+
+def test_the_home_rule_sees_a_copy_and_a_second_door():
+    copy = ast.parse('def connectable_host(host):\n    return host\nexp = load_yaml(path)\n')
+    assert homeless({"agent/hostio.py": copy}) == {"agent/hostio.py:connectable_host", "agent/hostio.py:load_yaml()"}
