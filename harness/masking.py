@@ -9,9 +9,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .common.protocol import ArgvItem, Spec
-from .results.store import SECRET_NAME
 
 REDACTED = "<redacted>"
+# Environment variables whose values are secrets, by name (HF_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, …).
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 MIN_SECRET_LEN = 4  # shorter values ("1", "on") are not worth shredding every log for
 # The controller's environment was not written for the server: only values long enough to be real secrets
 # (tokens, keys, passwords) count, so a stray `SOME_KEY=true` or `KEYTIMEOUT=1` does not shred every file.
@@ -34,6 +35,11 @@ def mask_secrets(text: str, secrets: list[str]) -> str:
         if len(value) >= MIN_SECRET_LEN:
             text = text.replace(value, REDACTED)
     return text
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """An environment as a record keeps it: the values of secret-named variables redacted."""
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:

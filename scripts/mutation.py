@@ -90,7 +90,8 @@ SAFETY_CORE = [
     "harness.experiments.patchsets.x_variants_digest__mutmut_*",  # PatchSet.sha256 (mutmut skips properties)
     # report markers
     "harness.results.compare.x__apply_baseline__mutmut_*",
-    "harness.results.compare.x_lower_is_better__mutmut_*",
+    "harness.results.compare.x_judge__mutmut_*",  # the one comparison: table, night against night, page, bisect
+    "harness.results.units.x_lower_is_better__mutmut_*",
     "harness.results.significance.x_mann_whitney_p__mutmut_*",
     "harness.results.significance.x__u_counts__mutmut_*",  # the Mann-Whitney test's exact distribution
     "harness.results.significance.x__exact_sf__mutmut_*",
@@ -145,7 +146,7 @@ PLANTS = [
     Plant("significance level raised from 0.05 to 0.5", "harness/results/compare.py",
           "ALPHA = 0.05", "ALPHA = 0.5", ("tests/unit/test_report.py",)),
     Plant("lower-is-better metrics judged as higher-is-better", "harness/results/compare.py",
-          "better = cell.ratio < 1 if lower else cell.ratio > 1", "better = cell.ratio > 1",
+          "better = out.ratio < 1 if lower_is_better(metric) else out.ratio > 1", "better = out.ratio > 1",
           ("tests/unit/test_report.py",)),
     Plant("secret left unmasked in the crash verdict", "harness/run/runner.py",
           'triage_text(mask_secrets(ev.log_tail or "", follow.secrets), ev.exit_code)',

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
 
 from ..common.filehash import sha256_file
+from ..common.hostaddr import connectable_host
 
 
 def run(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
@@ -77,11 +78,6 @@ def fill_slots(argv: Sequence[Union[str, dict[str, str]]], port: Union[int, str]
         else:
             out.append(str(a))
     return out
-
-
-def connectable_host(host: str) -> str:
-    """Where a client reaches a server that listens on `host` (a wildcard address means this machine)."""
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def http_url(host: str, port: Union[int, str], path: str) -> str:

@@ -92,7 +92,7 @@ def bisect(
             if resume is None:
                 store.write_bisect(info)
             out.print(f"run {info.run_id}: bisecting {len(info.commits) - 1} commits on {name} for "
-                      f"{bisecttext.metric_title(info)}", highlight=False, markup=False)
+                      f"{bisecttext.heading(info)}", highlight=False, markup=False)
             try:
                 with AttemptProgress(out) as progress:
                     outcome = Bisector(info, resolved, host_cfg, store, reporter=progress, lock_wait_s=wait,
@@ -155,7 +155,7 @@ def show_plan(info: BisectInfo, exp: Experiment, patch_sets: list[str], records:
     middle = next_index({0: Verdict.GOOD, n - 1: Verdict.BAD}, n)
     lines = [f"bisect of {info.experiment} on {info.host}: {n - 1} commits after {first.sha[:10]} (good: "
              f"{info.good_ref}) up to {last.sha[:10]} (bad: {info.bad_ref}), first-parent",
-             f"  metric: {bisecttext.metric_title(info)}; {case.repeats or exp.repeats} repeats an attempt, up to "
+             f"  metric: {bisecttext.heading(info)}; {case.repeats or exp.repeats} repeats an attempt, up to "
              f"{info.max_attempts} attempts at a commit",
              "  a step is bad when its median is nearer the bad end's and it differs from the good end (Mann-Whitney, "
              "p < 0.05,", "    at least 4 samples a side), good when nearer the good end's and it differs from the "
@@ -179,7 +179,7 @@ def show_table(info: BisectInfo, records: list[Record]) -> bisecttext.Table:
     """The commits tried: a table on a terminal, aligned plain lines on a pipe; then the answer."""
     table = bisecttext.build(info, records)
     rows = [bisecttext.cells(r) for r in table.rows]
-    out.print(Text(bisecttext.metric_title(info)), soft_wrap=False)
+    out.print(Text(bisecttext.heading(info)), soft_wrap=False)
     if out.is_terminal:
         t = Table(show_edge=False)
         for h in bisecttext.HEADERS:

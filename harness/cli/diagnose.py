@@ -11,14 +11,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ConfigError
+from ..results.attemptdir import SERVER_LOG, AttemptDir
 from .common import exit_on_errors, out
-
-SERVER_LOG = "server.log"  # the server's log in an attempt's folder (the agent writes it, the record keeps it)
 
 
 def triage(
     logfile: Path = typer.Argument(..., help="An SGLang server log (any size; read streamed), or an attempt's "
-                                             "folder (results/RUN/EXPERIMENT/NN/): its server.log."),
+                                             f"folder (results/RUN/EXPERIMENT/NN/): its {SERVER_LOG}."),
     exit_code: Optional[int] = typer.Option(None, "--exit-code", help="The server's exit code, if known."),
     as_json: bool = typer.Option(False, "--json", help="Print {verdict, category, key_line, phase, hint}."),
 ) -> None:
@@ -47,8 +46,8 @@ def triage(
 def server_log_of(path: Path) -> Path:
     """The log `harness triage` reads: the file given, or the server.log in the attempt folder given."""
     if path.is_dir():
-        if (path / SERVER_LOG).is_file():
-            return path / SERVER_LOG
+        if AttemptDir(path).server_log.is_file():
+            return AttemptDir(path).server_log
         raise ConfigError(f"a folder with no {SERVER_LOG}", file=path,
                           hint=f"pass a server log, or an attempt's folder that holds one "
                                f"(results/RUN/EXPERIMENT/NN/{SERVER_LOG})")

@@ -13,6 +13,7 @@ from rich.text import Text
 from ..errors import ConfigError
 from ..results import compare, nights, nightstext
 from ..results.store import ResultsStore
+from ..results.units import metric_label
 from ..safetext import display_line, display_lines
 
 Run = tuple[ResultsStore, str]
@@ -81,7 +82,7 @@ def matrix_tables(n: nights.Nights, width: int) -> list[Table]:
              if x.first else "" for x in lines]
     cells = {m: [nightstext.cell_text(x.cells.get(m), interval=False) for x in lines] for m in n.metrics}
     fixed = [max([cell_len(x) for x in names] + [len("experiment")]), max([len(x.case) for x in lines] + [4])]
-    want = {m: max([cell_len(x) for x in cells[m]] + [len(w) for w in nights.metric_label(m).split()])
+    want = {m: max([cell_len(x) for x in cells[m]] + [len(w) for w in metric_label(m).split()])
             for m in n.metrics}
     chunks: list[list[str]] = [[]]
     for m in n.metrics:
@@ -95,7 +96,7 @@ def matrix_tables(n: nights.Nights, width: int) -> list[Table]:
         table.add_column("experiment", overflow="fold")
         table.add_column("case")
         for m in chunk:
-            table.add_column(nights.metric_label(m), justify="right", width=want[m])
+            table.add_column(metric_label(m), justify="right", width=want[m])
         for i, x in enumerate(lines):
             row = [Text(names[i], style="red" if x.first and nightstext.regressed(x.pair) else ""), Text(x.case)]
             row += [Text(cells[m][i], style=_STYLE.get(x.cells[m].verdict, "") if m in x.cells else "")

@@ -9,7 +9,6 @@ import typer
 from rich.markup import escape
 
 from ..errors import ConfigError, ExitCode
-from ..experiments.config import load_experiment, load_inventory
 from ..experiments.project import default_patches_dir, default_patches_dir_here
 from ..experiments.resolve import resolve
 from .common import err, exit_on_errors, out
@@ -26,7 +25,7 @@ def validate(
 ) -> None:
     """Check experiments, sweeps and hosts files (and, with --against, that their patches apply and compile)."""
     from ..common.targetid import target_names
-    from ..experiments.files import file_kind, read_sweep_file
+    from ..experiments.files import ExperimentFile, SweepFile, kind_of, read_any_file
     from ..experiments.plan import plan_sweep
 
     with exit_on_errors():
@@ -37,15 +36,14 @@ def validate(
         patch_sets = {}
         for f in files:
             try:
-                kind = file_kind(f)
+                read = read_any_file(f)
+                kind = kind_of(read)
                 pdir = patches_dir or default_patches_dir(f)
-                if kind == "hosts":
-                    load_inventory(f)
-                elif kind == "sweep":
-                    for a in plan_sweep(read_sweep_file(f), pdir, {}).attempts:
+                if isinstance(read, SweepFile):
+                    for a in plan_sweep(read, pdir, {}).attempts:
                         patch_sets.update({s.name: s for s in a.resolved.patch_sets})
-                else:
-                    r = resolve(load_experiment(f), f, pdir)
+                elif isinstance(read, ExperimentFile):
+                    r = resolve(read.experiment, f, pdir, doc=read.doc)
                     patch_sets.update({s.name: s for s in r.patch_sets})
                 out.print(f"[green]ok[/]   {escape(str(f))} ({kind})", highlight=False)
             except ConfigError as exc:

@@ -17,10 +17,12 @@ from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
 from ..results import answers, compare, families, outliers, plots, tableformats
+from ..results.attemptdir import AttemptDir
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
 from ..results.stack import legend as stack_legend
 from ..results.store import ResultsStore
+from ..results.units import metric_title
 from ..run.runner import AttemptOutcome
 from ..safetext import display_line, display_lines
 
@@ -113,7 +115,7 @@ def print_sparklines(out: Console, runs: list[tuple[ResultsStore, str]], records
 
 def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,
                  against: dict[str, Any] | None = None) -> Path:
-    """`harness report --html`: the runs' page in `out_dir` (htmlreport); its path. `against`: the run against
+    """`harness report --html`: the runs' page in `out_dir` (results/page.py); its path. `against`: the run against
     an earlier one (nightstext.page_context), shown first; a bisect run's table and answer head the page."""
     from ..results.bisecttext import page_context
     from ..results.page import write_html
@@ -225,18 +227,11 @@ def _column_widths(headers: list[str], lines: Lines, width: int) -> list[int] | 
     return fit_widths([lo for lo, _ in extents], [hi for _, hi in extents], width - 3 * len(headers) + 1)
 
 
-def _metric_title(metric: str) -> str:
-    """'output_throughput (tok/s), higher is better': the line above the table or the blocks."""
-    lower = "lower" if compare.lower_is_better(metric) else "higher"
-    unit = compare.metric_unit(metric)
-    return f"{metric}{f' ({unit})' if unit else ''}, {lower} is better"
-
-
 def comparison_table(rows: list[compare.Row], metric: str, width: int) -> Table:
     """The terminal table for a console `width` wide: one row per experiment, or, when that cannot fit without
     cutting words, the compact layout with each bench case on a line of its own."""
     # the legend is printed below
-    table = Table(title=Text(_metric_title(metric)), title_justify="left", show_edge=False)
+    table = Table(title=Text(metric_title(metric, better=True)), title_justify="left", show_edge=False)
     headers, lines = _comparison_cells(rows, metric, one_row_per_case=False)
     widths = _column_widths(headers, lines, width)
     if widths is None:
@@ -284,7 +279,7 @@ def print_comparison(out: Console, rows: list[compare.Row], metric: str, *, chos
     then which row is the baseline. `chosen`: the harness picked the baseline, not the user."""
     table = comparison_table(rows, metric, out.width)
     if all(c.width is None for c in table.columns):  # no layout fits without cutting words
-        out.print(Text(_metric_title(metric)), soft_wrap=False)
+        out.print(Text(metric_title(metric, better=True)), soft_wrap=False)
         for line in comparison_blocks(rows, metric):
             out.print(Text(line), soft_wrap=False)
     else:
@@ -337,4 +332,4 @@ def show_outcomes(out: Console, outcomes: list[AttemptOutcome]) -> None:
         if r.revert is not None:
             facts.append("tree restored byte-identical" if r.revert.verified else "[red]TREE NOT RESTORED[/]")
         out.print("    " + ", ".join(facts), highlight=False)
-        out.print(f"    record: {o.directory / 'record.json'}", highlight=False)
+        out.print(f"    record: {AttemptDir(o.directory).record}", highlight=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeAlias
 
+from ..common.hostaddr import connectable_host
 from ..common.protocol import PORT_SLOT, SEED_SLOT
 from .backends import Backend
 from .config import BenchCase, Experiment
@@ -17,15 +18,6 @@ Arg: TypeAlias = "str | dict[str, str]"  # a plain argument, or a slot the agent
 # seed: no two runs of a case share a prompt, and cases whose seeds differ by less than the stride share none.
 SEED_STRIDE = 1000
 FLUSH_CACHE = "--flush-cache"  # bench_serving: flush the server's cache after its warm-up request
-
-# Addresses a server listens on that a client cannot connect to as such ("every interface").
-ANY_ADDRESS = ("0.0.0.0", "::", "")
-
-
-def connectable_host(host: str) -> str:
-    """Where a client on the same machine reaches a server listening on `host`."""
-    return "127.0.0.1" if host in ANY_ADDRESS else host
-
 
 def port_arg(port: int | str) -> Arg:
     return PORT_SLOT if port == "auto" else str(port)

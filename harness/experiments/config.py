@@ -8,7 +8,6 @@ file and line and, for a misspelt key, the closest valid one.
 from __future__ import annotations
 
 import typing
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -23,7 +22,7 @@ from .benchcfg import CooldownSettings as CooldownSettings
 from .benchcfg import ProfileSettings as ProfileSettings
 from .benchcfg import Timeouts as Timeouts
 from .configerrors import SAFE_NAME, config_error
-from .yamlsrc import YamlDoc, load_yaml
+from .yamlsrc import YamlDoc
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -282,19 +281,10 @@ def sweep_from_doc(doc: YamlDoc) -> Sweep:
 # --------------------------------------------------------------------------- loading
 
 
-def load_experiment(file: Path) -> Experiment:
-    doc = load_yaml(file)
-    return experiment_from_data(doc.data, doc, default_name=file.stem)
-
-
 def experiment_from_data(data: Any, doc: YamlDoc, *, default_name: str) -> Experiment:
     if isinstance(data, dict) and "name" not in data:
         data = {"name": default_name, **data}
     return validate_model(Experiment, data, doc, what="experiment")
-
-
-def load_inventory(file: Path) -> Inventory:
-    return inventory_from_doc(load_yaml(file))
 
 
 def inventory_from_doc(doc: YamlDoc) -> Inventory:

@@ -55,27 +55,41 @@ class InventoryFile(_ReadFile):
 
 
 def read_sweep_file(path: Path) -> SweepFile:
-    doc = load_yaml(path)
-    return SweepFile(doc, sweep=sweep_from_doc(doc))
+    return _sweep(load_yaml(path))
 
 
 def read_experiment_file(path: Path) -> ExperimentFile:
-    doc = load_yaml(path)
-    return ExperimentFile(doc, experiment=experiment_from_data(doc.data, doc, default_name=path.stem))
+    return _experiment(load_yaml(path))
 
 
 def read_inventory_file(path: Path) -> InventoryFile:
+    return _inventory(load_yaml(path))
+
+
+def read_any_file(path: Path) -> SweepFile | ExperimentFile | InventoryFile:
+    """A file of any kind (`harness validate`): a host inventory, a sweep or an experiment, told apart by its
+    top-level keys, read once."""
     doc = load_yaml(path)
+    if isinstance(doc.data, dict):
+        if "hosts" in doc.data:
+            return _inventory(doc)
+        if {"matrix", "base", "experiments", "rounds"} & set(doc.data):
+            return _sweep(doc)
+    return _experiment(doc)
+
+
+def kind_of(read: SweepFile | ExperimentFile | InventoryFile) -> str:
+    """'hosts', 'sweep' or 'experiment'."""
+    return "hosts" if isinstance(read, InventoryFile) else "sweep" if isinstance(read, SweepFile) else "experiment"
+
+
+def _sweep(doc: YamlDoc) -> SweepFile:
+    return SweepFile(doc, sweep=sweep_from_doc(doc))
+
+
+def _experiment(doc: YamlDoc) -> ExperimentFile:
+    return ExperimentFile(doc, experiment=experiment_from_data(doc.data, doc, default_name=doc.file.stem))
+
+
+def _inventory(doc: YamlDoc) -> InventoryFile:
     return InventoryFile(doc, inventory=inventory_from_doc(doc))
-
-
-def file_kind(file: Path) -> str:
-    """'hosts', 'sweep' or 'experiment', from the top-level keys of a YAML file (a look for `harness validate`,
-    which then reads the file as its kind)."""
-    data = load_yaml(file).data
-    if isinstance(data, dict):
-        if "hosts" in data:
-            return "hosts"
-        if {"matrix", "base", "experiments", "rounds"} & set(data):
-            return "sweep"
-    return "experiment"

@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import ConfigError
-from .config import Budget, Experiment, HostConfig, Sweep, experiment_from_data
+from .config import Budget, Experiment, HostConfig, Sweep
 from .files import ExperimentFile, SweepFile, read_experiment_file
 from .resolve import Resolved, resolve
-from .yamlsrc import YamlDoc, load_yaml
+from .yamlsrc import YamlDoc
 
 
 @dataclass(frozen=True)
@@ -142,13 +142,11 @@ def expand(sweep: Sweep, doc: YamlDoc, file: Path) -> list[ExperimentFile]:
     base_file = (file.parent / sweep.base).resolve()
     if not base_file.is_file():
         raise ConfigError(f"base experiment {sweep.base!r} not found", file=file, line=doc.line_of(("base",)))
-    base_doc = load_yaml(base_file)
-    if not isinstance(base_doc.data, dict):
-        raise ConfigError("expected a mapping of keys for the experiment", file=base_file, line=1)
-    base = experiment_from_data(base_doc.data, base_doc, default_name=base_file.stem)  # the base itself is valid
+    base_read = read_experiment_file(base_file)  # the base itself is valid
+    base_doc = base_read.doc
     axes = list(sweep.matrix.items())
     if not axes:
-        return out + [ExperimentFile(base_doc, experiment=base)]
+        return out + [base_read]
     for combo in itertools.product(*(values for _, values in axes)):
         data = copy.deepcopy(base_doc.data)
         for (axis, _), value in zip(axes, combo):

@@ -10,8 +10,9 @@ from pathlib import Path
 from ..errors import ConfigError
 from .backends import REGISTRY, Backend
 from .config import Experiment
+from .files import read_experiment_file
 from .patchsets import PatchSet, load_patch_set
-from .yamlsrc import YamlDoc, load_yaml
+from .yamlsrc import YamlDoc
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,15 @@ class Resolved:
         return self.experiment.server.attention_backend
 
 
+def resolve_file(file: Path, patches_dir: Path) -> Resolved:
+    """The experiment in `file`, read (files.py: the one door) and resolved."""
+    read = read_experiment_file(file)
+    return resolve(read.experiment, file, patches_dir, doc=read.doc)
+
+
 def resolve(exp: Experiment, file: Path, patches_dir: Path, *, doc: YamlDoc | None = None) -> Resolved:
-    """`exp` (read from `file`, which need not exist) with its backend and patch sets; errors name the line:
-    from `doc`, the YAML `exp` was read from, when the caller has it (else `file` is read for them)."""
-    if doc is None and file.exists():
-        doc = load_yaml(file)
+    """`exp` (read from `file`, which need not exist) with its backend and patch sets; errors name the line
+    from `doc`, the YAML `exp` was read from, when the caller has it."""
 
     def line(*path: str | int) -> int | None:
         return doc.line_of(path) if doc else None

@@ -1,7 +1,7 @@
 """The attempt spec: the one JSON document the agent runs an attempt from (pure).
 
 Built from a resolved experiment (resolve.py) and the host's settings; the command lines in it come
-from commands.py, the log patterns the agent watches from triage.py. Nothing is read or run here.
+from commands.py, the log patterns the agent watches from triage/signatures.py. Nothing is read or run here.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common.protocol import Status
+from .attemptdir import ANSWERS
 from .compare import Row, gpu_of
 from .schemas import Record
 
@@ -235,7 +236,7 @@ def own_stats(answers: AnswerSet) -> dict[str, Any]:
     the reference."""
     lps = [lp for p in answers.prompts for lp in p.logprobs]
     yard = yardstick(answers)
-    return {"file": "answers.json", "prompts": len(answers.prompts), "positions": len(lps),
+    return {"file": ANSWERS, "prompts": len(answers.prompts), "positions": len(lps),
             "mean_logprob": round(sum(lps) / len(lps), 6) if lps else None,
             "min_logprob": round(min(lps), 6) if lps else None,
             "yardstick": round(yard, 6) if yard is not None else None}

@@ -30,9 +30,8 @@ from enum import Enum
 from typing import Union
 
 from ..common.protocol import Status
-from .compare import MIN_SAMPLES, Cell, cell_of, is_number, short_key_line
+from .compare import MIN_SAMPLES, Cell, cell_of, is_number, judge, short_key_line
 from .metrics import SAMPLES
-from .nights import judge
 from .schemas import Record
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import bisection as b
-from .compare import Cell, cell_of, lower_is_better, metric_unit
+from .compare import Cell, cell_of, interval_text
 from .schemas import BisectInfo, Record
+from .units import metric_title
 
 HEADERS = ("#", "commit", "tried as", "verdict", "n", "median ± CV", "vs good", "vs bad", "subject")
 
@@ -67,10 +68,9 @@ def build(info: BisectInfo, records: Iterable[Record]) -> Table:
     return Table(rows, decision, len(step_of), len(order))
 
 
-def metric_title(info: BisectInfo) -> str:
-    unit = metric_unit(info.metric)
-    better = "lower" if lower_is_better(info.metric) else "higher"
-    return f"{info.case}:{info.metric}{f' ({unit})' if unit else ''}, {better} is better"
+def heading(info: BisectInfo) -> str:
+    """'decode-bs1:median_itl_ms (ms), lower is better': what the bisect judges."""
+    return f"{info.case}:{metric_title(info.metric, better=True)}"
 
 
 def value_text(cell: Cell) -> str:
@@ -83,8 +83,7 @@ def ratio_text(cell: Cell | None) -> str:
     """'1.15x ▼ [1.12–1.18]': the step against an end, marked as the comparison table marks it."""
     if cell is None or cell.ratio is None:
         return "-"
-    interval = f"[{cell.low:.2f}–{cell.high:.2f}]" if cell.low is not None and cell.high is not None else ""
-    return " ".join(x for x in (f"{cell.ratio:.2f}x", cell.marker, interval) if x)
+    return " ".join(x for x in (f"{cell.ratio:.2f}x", cell.marker, interval_text(cell)) if x)
 
 
 def cells(row: Row) -> list[str]:
@@ -122,7 +121,7 @@ def page_context(info: BisectInfo, records: Iterable[Record]) -> dict[str, Any]:
     """The page's bisect section (templates/bisect.html.j2)."""
     table = build(info, records)
     found = table.decision.first_bad if isinstance(table.decision, b.Found) else None
-    return {"title": metric_title(info), "headers": list(HEADERS), "answer": answer_line(info, table),
+    return {"title": heading(info), "headers": list(HEADERS), "answer": answer_line(info, table),
             "found": found is not None,
             "rows": [{"cells": cells(r), "first": r.index == found, "skip": bool(r.note)} for r in table.rows],
             "notes": notes(table), "legend": LEGEND, "good": info.good_ref, "bad": info.bad_ref, "host": info.host}

@@ -18,6 +18,7 @@ from .metrics import KEY_METRICS, SAMPLES
 from .schemas import Record
 from .significance import mann_whitney_p, ratio_interval
 from .stack import Fingerprint, differences, fingerprint, mixed, stack_id
+from .units import lower_is_better, metric_unit, number
 
 ALPHA = 0.05
 NOISY_CV = 0.05
@@ -77,23 +78,6 @@ class Row:
     stack: Fingerprint | None = None  # the environment fingerprint's facts (stack.py); None: not recorded
     stack_id: str | None = None
     outliers: list[outliers.Outlier] = field(default_factory=list)  # named in the notes, kept in the medians
-
-
-def lower_is_better(metric: str) -> bool:
-    """Of the metrics a record keeps (metrics.KEY_METRICS): the latencies (every one ends in `_ms`) and the
-    benchmark's duration; throughputs and counts are higher-is-better."""
-    return metric.endswith("_ms") or metric == "duration"
-
-
-def metric_unit(metric: str) -> str:
-    """The unit of a metric a record keeps (SGLang's bench_serving names: metrics.KEY_METRICS)."""
-    if metric.endswith("_ms"):
-        return "ms"
-    if metric == "request_throughput":
-        return "req/s"
-    if metric.endswith("_throughput"):
-        return "tok/s"
-    return {"duration": "s", "completed": "requests", "total_output_tokens": "tokens"}.get(metric, "")
 
 
 def gpu_of(rec: Record) -> str | None:
@@ -217,7 +201,6 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
         return
     for b in candidates:
         b.is_baseline = True
-    lower = lower_is_better(metric)
     for row in rows:
         # The baseline measured under the same conditions, when there is one.
         base = next((b for b in candidates if b.provenance == row.provenance or
@@ -230,28 +213,42 @@ def _apply_baseline(rows: list[Row], baseline: str | None, metric: str) -> None:
             row.notes.append(f"not comparable to the baseline: {', '.join(diffs)}")
         if stack_notes and row is not base and row.status == Status.OK:
             row.notes.append(f"stack differs from the baseline's beyond what matters: {', '.join(stack_notes)}")
+        if row is base:
+            continue
         for case, cell in row.cells.items():
             bcell = base.cells.get(case)
-            if row is base or bcell is None or cell.median is None or not bcell.median:
-                continue
-            cell.ratio = cell.median / bcell.median
-            if diffs:
-                cell.verdict = "n/a"
-                continue
-            if cell.drift or bcell.drift:
-                cell.verdict = "drift"
-                continue
-            if min(cell.n, bcell.n) < MIN_SAMPLES:
-                cell.verdict = "few"
-                continue
-            cell.p_value = mann_whitney_p(cell.samples, bcell.samples)
-            cell.low, cell.high = ratio_interval(bcell.samples, cell.samples, ALPHA) or (None, None)
-            if cell.p_value >= ALPHA:
-                cell.verdict = "same"
-            else:
-                better = cell.ratio < 1 if lower else cell.ratio > 1
-                # equal medians: the spread differs, the typical run does not
-                cell.verdict = "better" if better else "worse" if cell.ratio != 1 else "same"
+            if bcell is not None:
+                row.cells[case] = judge(bcell, cell, metric, comparable=not diffs)
+
+
+def judge(base: Cell, cell: Cell, metric: str, comparable: bool = True) -> Cell:
+    """`cell` against `base`: the one rule of every comparison — a row against its baseline (the table), night B
+    against night A (nights.py, the page), a bisect step against an end (bisection.py). A copy of `cell` with
+    the ratio of the medians (none when either has no median or the base's is 0) and, when `comparable` (same
+    GPU, same stack), a verdict: "drift" when a repeat on either side drifted (outliers.py: the median mixes two
+    things), "few" under MIN_SAMPLES a side, else the two-sided Mann-Whitney test with the ratio's interval:
+    "same" at p >= ALPHA or equal medians (the spread differs, the typical run does not), else better or worse
+    by the metric's direction. Not comparable: a ratio, no verdict ("n/a")."""
+    out = Cell(cell.median, cell.cv, cell.n, cell.samples, drift=cell.drift)
+    if cell.median is None or not base.median:
+        return out
+    out.ratio = cell.median / base.median
+    if not comparable:
+        return out
+    if base.drift or cell.drift:  # a repeat measured something else: its median is no one setup's value
+        out.verdict = "drift"
+        return out
+    if min(base.n, cell.n) < MIN_SAMPLES:
+        out.verdict = "few"
+        return out
+    out.p_value = mann_whitney_p(cell.samples, base.samples)
+    out.low, out.high = ratio_interval(base.samples, cell.samples, ALPHA) or (None, None)
+    if out.p_value >= ALPHA or out.ratio == 1:
+        out.verdict = "same"
+    else:
+        better = out.ratio < 1 if lower_is_better(metric) else out.ratio > 1
+        out.verdict = "better" if better else "worse"
+    return out
 
 
 def measured(row: Row) -> bool:
@@ -278,17 +275,11 @@ def _short(v: object) -> str:
 # ============================================================================ rendering
 
 
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
-
-
 def cell_text(cell: Cell) -> str:
     if not cell.n:
         return "-"
     spread = f" ±{cell.cv * 100:.1f}%" if cell.cv is not None and cell.n > 1 else ""
-    return f"{_fmt(cell.median)}{spread} (n={cell.n}){' ' + MARKERS['drift'] if cell.drift else ''}"
+    return f"{number(cell.median)}{spread} (n={cell.n}){' ' + MARKERS['drift'] if cell.drift else ''}"
 
 
 def ratio_text(cell: Cell, is_baseline: bool, interval: bool = True) -> str:

@@ -24,11 +24,12 @@ from pathlib import Path
 from ..common.protocol import Status
 from ..errors import HarnessError, ResultsError
 from . import answers, compare
+from .attemptdir import AttemptDir
 from .metrics import OUTPUT_THROUGHPUT
 from .mlflowapi import MlflowTracker, TrackedRun
 from .page import log_excerpt
 from .schemas import Record
-from .store import PROVISIONAL, ResultsStore
+from .store import ResultsStore
 from .trackfacts import (
     ATTEMPT,
     ATTEMPT_ID,
@@ -129,7 +130,7 @@ class RunExport:
             return "unchanged"
         if old is not None:
             self.tracker.delete(old.run_id)
-        folder = self.store.run_path(rec.run_id) / rec.experiment / rec.attempt
+        folder = self.store.attempt_of(rec)
         start_ms, end_ms = self.times(rec)
         # The record's hash is the last thing written: a child cut short (the tracker failed half way) has none,
         # so the next export replaces it instead of taking it for complete.
@@ -162,7 +163,7 @@ class RunExport:
         return self.finish(records, int(time.time() * 1000) if live or not ends else max(ends))
 
     def times(self, rec: Record) -> tuple[int, int]:
-        return _times(self.store.run_path(rec.run_id) / rec.experiment / rec.attempt, rec)
+        return _times(self.store.attempt_of(rec), rec)
 
     def finish(self, records: list[Record], end_ms: int) -> ExportSummary:
         """The run-level facts of every child, then the parent's params (the first time), tags and status."""
@@ -246,16 +247,15 @@ class LiveExport:
 # ============================================================================ artifacts and times
 
 
-def _write_artifacts(tmp: Path, folder: Path, rec: Record, record_json: str) -> None:
+def _write_artifacts(tmp: Path, folder: AttemptDir, rec: Record, record_json: str) -> None:
     """record.json, the server log's tail, and the tail of each bench case's log that did not measure (every
     case's, when the attempt did not end ok): small, and masked as the page's excerpts are."""
-    (tmp / "record.json").write_text(record_json, encoding="utf-8")
+    AttemptDir(tmp).record.write_text(record_json, encoding="utf-8")
     logs = tmp / "logs"
     tails: list[tuple[Path, int]] = []
-    if (folder / "server.log").is_file():
-        tails.append((folder / "server.log", 200))
-    for log in sorted(folder.glob("bench-*.log")):
-        case = log.name[len("bench-"):-len(".log")]
+    if folder.server_log.is_file():
+        tails.append((folder.server_log, 200))
+    for case, log in folder.bench_logs():
         if rec.status != Status.OK or not rec.metrics.get(case, {}).get("repeats"):
             tails.append((log, BENCH_LOG_LINES))
     for src, lines in tails:
@@ -266,11 +266,10 @@ def _write_artifacts(tmp: Path, folder: Path, rec: Record, record_json: str) -> 
             continue  # a log that cannot be read: the record says what happened
 
 
-def _times(folder: Path, rec: Record) -> tuple[int, int]:
+def _times(folder: AttemptDir, rec: Record) -> tuple[int, int]:
     """The attempt's start and end (ms) as the tracker shows them: its record's time, back by its total time."""
-    path = folder / "record.json"
     try:
-        end = (path if path.is_file() else folder / PROVISIONAL).stat().st_mtime
+        end = (folder.record if folder.record.is_file() else folder.provisional).stat().st_mtime
     except OSError:
         end = time.time()
     return int((end - rec.timings.get("total_s", 0.0)) * 1000), int(end * 1000)

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.protocol import Status
-from .compare import Row, group_records, metric_unit
+from .compare import Row, group_records
 from .metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT, SAMPLES
 from .schemas import Record
+from .units import metric_title, number
 
 LEVEL = "max_concurrency"
 # bench_serving's settings of a load (its JSONL keys) that must agree for two cases to be one family.
@@ -174,7 +175,6 @@ def sparkline(values: list[float | None], hi: float) -> str:
 def sparkline_lines(fams: list[Family], metric: str) -> list[str]:
     """Under the terminal table: per family, each row's `metric` across the concurrency levels as a sparkline
     (one scale per family, from 0: heights compare between rows), with its first and last value."""
-    unit = metric_unit(metric)
     out: list[str] = []
     for fam in fams:
         rows = [(s.label, [_at(s, level, metric) for level in fam.levels]) for s in fam.series]
@@ -182,11 +182,11 @@ def sparkline_lines(fams: list[Family], metric: str) -> list[str]:
         if not values:
             continue
         hi, width = max(values), min(max(len(label) for label, _ in rows), 40)
-        out.append(f"{metric}{f' ({unit})' if unit else ''} across max concurrency "
+        out.append(f"{metric_title(metric)} across max concurrency "
                    f"{', '.join(level_text(level) for level in fam.levels)}: {fam.title} ({', '.join(fam.cases)})")
         for label, vs in rows:
             shown = [v for v in vs if v is not None]
-            ends = f"{_fmt(shown[0])} … {_fmt(shown[-1])}" if len(shown) > 1 else _fmt(shown[0]) if shown else "-"
+            ends = f"{number(shown[0])} … {number(shown[-1])}" if len(shown) > 1 else number(shown[0]) if shown else "-"
             shown_label = label if len(label) <= width else label[: width - 1] + "…"
             out.append(f"  {shown_label.ljust(width)}  {sparkline(vs, hi)}  {ends}")
     return out
@@ -194,7 +194,3 @@ def sparkline_lines(fams: list[Family], metric: str) -> list[str]:
 
 def _at(s: Series, level: int | None, metric: str) -> float | None:
     return next((p.medians[metric] for p in s.points if p.level == level and metric in p.medians), None)
-
-
-def _fmt(v: float) -> str:
-    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"

@@ -16,7 +16,6 @@ from ..common.protocol import Status
 from . import compare, stack
 from .metrics import KEY_METRICS
 from .schemas import Record
-from .significance import mann_whitney_p, ratio_interval
 
 # How fast: the throughputs and the latencies. The rest of KEY_METRICS (duration, completed,
 # total_output_tokens, concurrency) say what workload a case ran, not how fast it ran.
@@ -105,49 +104,11 @@ class Nights:
         return [(label, case, items) for (label, case), items in groups.items()]
 
 
-def judge(a: compare.Cell, b: compare.Cell, metric: str, comparable: bool = True) -> compare.Cell:
-    """B's cell against A's, as the comparison table judges a row against its baseline: the ratio of the
-    medians; "few" under MIN_SAMPLES a side; else the Mann-Whitney test on the samples: "same" at p >= ALPHA
-    (or equal medians), else better or worse by the metric's direction. Not comparable: a ratio, no verdict."""
-    cell = compare.Cell(b.median, b.cv, b.n, b.samples, drift=b.drift)
-    if b.median is None or not a.median:
-        return cell
-    cell.ratio = b.median / a.median
-    if not comparable:
-        return cell
-    if a.drift or b.drift:  # a repeat of one night measured something else: its median is no night's value
-        cell.verdict = "drift"
-        return cell
-    if min(a.n, b.n) < compare.MIN_SAMPLES:
-        cell.verdict = "few"
-        return cell
-    cell.p_value = mann_whitney_p(b.samples, a.samples)
-    cell.low, cell.high = ratio_interval(a.samples, b.samples, compare.ALPHA) or (None, None)
-    if cell.p_value >= compare.ALPHA or cell.ratio == 1:
-        cell.verdict = "same"
-    else:
-        better = cell.ratio < 1 if compare.lower_is_better(metric) else cell.ratio > 1
-        cell.verdict = "better" if better else "worse"
-    return cell
-
-
 def change_text(c: Change) -> str:
     """'0.83x (-16.7%)': B's median over A's, and by how much it moved."""
     if c.b.ratio is None or c.percent is None:
         return "-"
     return f"{c.b.ratio:.2f}x ({c.percent:+.1f}%)"
-
-
-def metric_label(metric: str) -> str:
-    """A short column name for a metric: 'output tok/s', 'req/s', 'TTFT p50', 'ITL mean', 'E2E p50'."""
-    if metric == "request_throughput":
-        return "req/s"
-    if metric.endswith("_throughput"):
-        return f"{metric.removesuffix('_throughput')} {compare.metric_unit(metric)}"
-    m = re.fullmatch(r"(median|mean|p\d+)_([a-z0-9]+)(?:_latency)?_ms", metric)
-    if m:
-        return f"{m[2].upper()} {'p50' if m[1] == 'median' else m[1]}"
-    return metric
 
 
 def measured_metrics(records: Iterable[Record]) -> set[str]:
@@ -192,7 +153,8 @@ def against(records_a: list[Record], records_b: list[Record], *, run_a: str, run
 
 def _changes(row_a: compare.Row, row_b: compare.Row, metric: str, comparable: bool) -> list[Change]:
     """Each bench case both rows have, measured on at least one side: B's cell judged against A's."""
-    return [Change(case, metric, row_a.cells[case], judge(row_a.cells[case], row_b.cells[case], metric, comparable))
+    return [Change(case, metric, row_a.cells[case],
+                   compare.judge(row_a.cells[case], row_b.cells[case], metric, comparable))
             for case in sorted(set(row_a.cells) & set(row_b.cells)) if row_a.cells[case].n or row_b.cells[case].n]
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import compare
-from .nights import Change, Nights, Pair, metric_label
+from .nights import Change, Nights, Pair
+from .units import lower_is_better, metric_label
 
 
 @dataclass
@@ -125,7 +126,7 @@ def to_csv(n: Nights) -> str:
         if p.failed or not p.changes:  # the experiment's own line: B failed, or neither run has a number
             w.writerow(head + [""] * 13 + ["failed" if p.failed else "n/a", p.failed, notes])
         for c in p.changes:
-            w.writerow(head + [c.case, c.metric, compare.lower_is_better(c.metric), c.a.median, c.a.cv, c.a.n,
+            w.writerow(head + [c.case, c.metric, lower_is_better(c.metric), c.a.median, c.a.cv, c.a.n,
                                c.b.median, c.b.cv, c.b.n, c.b.ratio, c.b.low, c.b.high, c.b.p_value, c.b.verdict,
                                c.b.verdict == "worse", notes])
     for label, verdict in [(x, "added") for x in n.added] + [(x, "removed") for x in n.removed]:
@@ -138,7 +139,7 @@ def _side(cell: compare.Cell) -> dict[str, Any]:
 
 
 def _change(c: Change) -> dict[str, Any]:
-    return {"case": c.case, "metric": c.metric, "lower_is_better": compare.lower_is_better(c.metric),
+    return {"case": c.case, "metric": c.metric, "lower_is_better": lower_is_better(c.metric),
             "a": _side(c.a), "b": _side(c.b), "ratio": c.b.ratio, "ratio_low": c.b.low,
             "ratio_high": c.b.high, "p_value": c.b.p_value, "verdict": c.b.verdict}
 

@@ -11,6 +11,8 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from .units import number
+
 # |x - median| > K * scale flags a repeat, scale = MAD_SCALE * MAD (the median absolute deviation, scaled to
 # a normal distribution's standard deviation), at least FLOOR of the median. K = 3.5 is Iglewicz and
 # Hoaglin's cut on the modified z-score: ~1 in 2,000 normal values crosses it. The floor keeps a quiet
@@ -62,13 +64,9 @@ class Outlier:
         where = f"round {self.origin.round} " if self.origin.round is not None else ""
         causes = [c for c in (self.cache_cause, f"{self.cause} in its log" if self.cause else None) if c]
         why = "; " + "; ".join(causes) if causes else ("; no cause in its logs" if self.drift else "")
-        against = f"vs {_num(self.median)} for the others" if self.drift else f"vs median {_num(self.median)}"
+        against = f"vs {number(self.median)} for the others" if self.drift else f"vs median {number(self.median)}"
         kind = "drift" if self.drift else "outlier"
-        return f"{self.case}: {kind} {where}repeat {self.origin.repeat} ({_num(self.value)} {against}{why})"
-
-
-def _num(v: float) -> str:
-    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        return f"{self.case}: {kind} {where}repeat {self.origin.repeat} ({number(self.value)} {against}{why})"
 
 
 def flagged(values: Sequence[float]) -> list[int]:

@@ -6,8 +6,9 @@ copied beside it under `logs/` and linked relatively — the folder opens from d
 
 `build_context` is pure (rows and records in, a dict for the template out); `write_html` reads the log
 excerpts, renders the template and writes the folder (outdir.py: only files the harness wrote are ever
-replaced). The numbers and their words come from `report`
-(rows, cells, ratios, significance): nothing is computed twice.
+replaced). The numbers and their words come from compare.py (rows, cells, the one
+judgement of a ratio and its significance) and units.py (a metric's words, a number's format): nothing is computed
+twice.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .. import __version__
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
 from ..safetext import display_lines
-from . import answers, compare, families, nights, outdir, stack, svgcharts
+from . import answers, compare, families, outdir, stack, svgcharts, units
 from .schemas import Record, RunInfo
 from .store import ResultsStore
 
@@ -46,7 +47,7 @@ def attempt_key(rec: Record) -> AttemptKey:
 
 
 def table_context(rows: list[compare.Row], metric: str) -> dict[str, Any]:
-    """The comparison table as the page shows it: the terminal's texts (report's), with the GPU of every
+    """The comparison table as the page shows it: the terminal's texts (compare.py's), with the GPU of every
     row, the verdict of each ratio as a class (its colour) and its p-value."""
     cases = sorted({c for r in rows for c in r.cells})
     tops = any(r.top_op for r in rows)
@@ -214,7 +215,7 @@ def changes(records: list[Record], rows: list[compare.Row], metric: str, run_a: 
             if not ca.median or cb.median is None:
                 continue
             # B against A: the one rule, `compare --against`'s; across stacks a ratio without a verdict
-            cell = nights.judge(ca, cb, metric, comparable=not other_stack)
+            cell = compare.judge(ca, cb, metric, comparable=not other_stack)
             moved.append({"experiment": name(e, g), "case": case, "a": compare.cell_text(ca),
                           "b": compare.cell_text(cb), "change": compare.ratio_text(cell, False),
                           "cls": f"v-{cell.verdict.replace('/', '')}"})
@@ -238,13 +239,12 @@ def build_context(records: list[Record], rows: list[compare.Row], metric: str, *
     `bisects`: each bisect run's section (bisecttext.page_context)."""
     run_ids = list(runs)
     diff = changes(records, rows, metric, run_ids[0], run_ids[1]) if len(run_ids) == 2 else None
-    unit = compare.metric_unit(metric)
     return {
         "title": "harness report: " + ", ".join(run_ids),
         "run_ids": run_ids,
         "generated": generated or time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "harness_version": __version__,
-        "metric": metric, "unit": unit, "lower": compare.lower_is_better(metric),
+        "metric": metric, "metric_title": units.metric_title(metric, better=True),
         "significant": compare.SIGNIFICANT, "not_significant": compare.NOT_SIGNIFICANT,
         "interval_legend": compare.INTERVAL_LEGEND,
         "drift_legend": compare.DRIFT_LEGEND,
@@ -305,7 +305,7 @@ def log_excerpts(records: list[Record], stores: Mapping[str, ResultsStore]) -> d
         store = stores.get(rec.run_id)
         if rec.status == Status.OK or store is None:
             continue
-        src = store.run_path(rec.run_id) / rec.experiment / rec.attempt / "server.log"
+        src = store.attempt_of(rec).server_log
         if not src.is_file():
             continue
         rel = f"logs/{_safe(rec.run_id)}/{_safe(rec.experiment)}-{_safe(rec.attempt)}.log.txt"

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from ..common.protocol import Status
 from ..errors import ConfigError
 from . import outdir
-from .compare import Row, lower_is_better, metric_unit
+from .compare import Row
 from .svgcharts import case_plots_file
+from .units import direction, metric_title
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,7 +54,6 @@ def plot_figure(rows: list[Row], metric: str) -> Figure:
         raise ConfigError("--plot needs matplotlib for this file type",
                           hint="pip install 'harness[plot]', or give --plot an .svg file (no extra needed)") from None
     cases = sorted({c for r in rows for c in r.cells}) or ["-"]
-    unit = metric_unit(metric)
     fig = Figure(figsize=(max(6, len(rows) * 1.1), 3.4 * len(cases)), layout="constrained")
     for ax, case in zip(fig.subplots(len(cases), 1, squeeze=False)[:, 0], cases):
         drawn = [(i, r, r.cells[case]) for i, r in enumerate(rows) if case in r.cells and r.cells[case].n]
@@ -70,8 +70,8 @@ def plot_figure(rows: list[Row], metric: str) -> Figure:
                             textcoords="offset points", ha="center", va="bottom", rotation=90, fontsize=8,
                             color="tab:red")
         ax.set_xticks(range(len(rows)), [r.label for r in rows], rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(f"{metric} ({unit})" if unit else metric)
-        ax.set_title(f"{case}: {metric}, {'lower' if lower_is_better(metric) else 'higher'} is better")
+        ax.set_ylabel(metric_title(metric))
+        ax.set_title(f"{case}: {metric}, {direction(metric)}")
         ax.legend(handles=[Patch(color=BAR_COLORS["baseline"], label="baseline (median)"),
                            Patch(color=BAR_COLORS["candidate"], label="median"),
                            Line2D([], [], ls="", marker="o", color="black", markersize=3, label="each repeat"),

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..common.protocol import Status
 from ..safetext import DisplayLine, DisplayText  # a host's words in a display field, shown escaped
 from ..triage.verdict import Verdict
+from .attemptdir import ANSWERS
 
 SCHEMA = 1  # record.json
 RUN_SCHEMA = 1  # run.json
@@ -106,7 +107,7 @@ class AnswersStats(_Strict):
     """The answer check's own facts (answers.json beside the record); its verdict needs a reference, so it is
     computed by `harness compare`, never stored."""
 
-    file: str = "answers.json"  # relative to the attempt folder
+    file: str = ANSWERS  # relative to the attempt folder
     prompts: int | None = None
     positions: int | None = None
     mean_logprob: float | None = None  # of the chosen (greedy) tokens

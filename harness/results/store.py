@@ -2,10 +2,12 @@
 
     results/<run-id>/run.json                               the sweep's plan (`RunInfo`, schema `RUN_SCHEMA`)
     results/<run-id>/bisect.json                            a bisect's range (`BisectInfo`, schema `BISECT_SCHEMA`)
-    results/<run-id>/<experiment>/<attempt>/record.json     one attempt (`Record`, schema `SCHEMA`)
-    results/<run-id>/<experiment>/<attempt>/record.partial.json   the same, provisional, while it runs
+    results/<run-id>/<experiment>/<attempt>/                one attempt's folder (attemptdir.py names its files):
+                                                            its record (`Record`, schema `SCHEMA`), provisional
+                                                            while it runs, and beside it the server log, the
+                                                            benchmark JSONL, the answer check's answers
 
-beside each record the server log, the benchmark JSONL and (with the answer check) answers.json. Files are
+Files are
 written atomically; records are never overwritten. On read, a file of another schema or one that does not
 validate is a `ResultsError` naming the file and what to do — never a pydantic traceback. The files' models
 are in harness.results.schemas.
@@ -18,7 +20,6 @@ import fcntl
 import gzip
 import json
 import os
-import re
 import secrets
 import tempfile
 import time
@@ -30,12 +31,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, ResultsError
+from .attemptdir import PROVISIONAL, RECORD, AttemptDir
 from .metrics import parse_jsonl
 from .schemas import BISECT_SCHEMA, RUN_SCHEMA, SCHEMA, BisectInfo, Record, RunInfo
 
 BISECT_FILE = "bisect.json"
-PROVISIONAL = "record.partial.json"  # an attempt's record while it runs (see `ResultsStore.write_provisional`)
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 # ============================================================================ the store
@@ -43,10 +43,6 @@ SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNO
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 class ResultsStore:
@@ -70,6 +66,14 @@ class ResultsStore:
         d = self.run_path(run_id)
         d.mkdir(parents=True, exist_ok=True)
         return d
+
+    def attempt(self, run_id: str, experiment: str, attempt: str) -> AttemptDir:
+        """An attempt's folder (its files' names: attemptdir.py)."""
+        return AttemptDir(self.run_path(run_id) / experiment / attempt)
+
+    def attempt_of(self, rec: Record) -> AttemptDir:
+        """The folder a record lies in."""
+        return self.attempt(rec.run_id, rec.experiment, rec.attempt)
 
     def has_run(self, run_id: str) -> bool:
         return self.run_path(run_id).is_dir()
@@ -129,12 +133,12 @@ class ResultsStore:
                 raise ResultsError(f"cannot create {d}: {exc.strerror}") from None
 
     def write_record(self, attempt_dir: Path, record: Record) -> Path:
-        return write_exclusive(attempt_dir / "record.json", record.to_json())
+        return write_exclusive(AttemptDir(attempt_dir).record, record.to_json())
 
     def write_provisional(self, attempt_dir: Path, record: Record) -> Path:
         """`record.partial.json`, replaced atomically as results arrive; read as the attempt's record only while
         it has no `record.json` (a controller that was killed before writing it)."""
-        path = attempt_dir / PROVISIONAL
+        path = AttemptDir(attempt_dir).provisional
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -157,7 +161,7 @@ class ResultsStore:
             return None
         for path in self.run_path(run_id).glob(f"*/*/{PROVISIONAL}"):
             d = path.parent
-            if f"{d.parent.name}-{d.name}" != attempt_id or (d / "record.json").exists():
+            if f"{d.parent.name}-{d.name}" != attempt_id or AttemptDir(d).record.exists():
                 continue
             record = load_record(path)
             update: dict[str, Any] = {"recovered": recovered}
@@ -167,7 +171,7 @@ class ResultsStore:
         return None
 
     def drop_provisional(self, attempt_dir: Path) -> None:
-        (attempt_dir / PROVISIONAL).unlink(missing_ok=True)
+        AttemptDir(attempt_dir).provisional.unlink(missing_ok=True)
 
     @contextmanager
     def lock_run(self, run_id: str) -> Iterator[None]:
@@ -231,7 +235,7 @@ class ResultsStore:
 
     def record_paths(self, run_id: str) -> list[Path]:
         """Each attempt's record.json — or its provisional record when the controller died before writing it."""
-        final = list(self.run_path(run_id).glob("*/*/record.json"))
+        final = list(self.run_path(run_id).glob(f"*/*/{RECORD}"))
         done = {p.parent for p in final}
         provisional = [p for p in self.run_path(run_id).glob(f"*/*/{PROVISIONAL}") if p.parent not in done]
         return sorted(final + provisional)
@@ -242,11 +246,16 @@ class ResultsStore:
             try:
                 rec = load_record(path)
             except ResultsError:
-                final = path.parent / "record.json"
+                final = AttemptDir(path.parent).record
                 if path.name != PROVISIONAL or not final.exists():
                     raise
                 rec = load_record(final)  # the attempt ended just now: its record replaced the provisional one
             yield rec
+
+    def experiment_records(self, run_id: str, experiment: str) -> list[Record]:
+        """The final records of one experiment's attempts, in folder order: read from its folder only (a sweep's
+        whole run grows with it)."""
+        return [load_record(p) for p in sorted((self.run_path(run_id) / experiment).glob(f"*/{RECORD}"))]
 
     def records_by_key(self, run_id: str) -> dict[str, list[Record]]:
         """A sweep's records by attempt key (several when infrastructure failures were retried)."""
@@ -259,8 +268,7 @@ class ResultsStore:
     def read_answers(self, rec: Record) -> Any:
         """The JSON of a record's answers.json (the answer check) beside it — or of its gzip'd copy, `answers.json.gz`,
         as an archived run keeps it; ResultsError when it cannot be read."""
-        name = rec.answers.file if rec.answers is not None else "answers.json"
-        path = self.run_path(rec.run_id) / rec.experiment / rec.attempt / Path(name).name
+        path = self.attempt_of(rec).answers(rec.answers.file if rec.answers is not None else None)
         packed = path.with_name(path.name + ".gz")
         try:
             if not path.exists() and packed.exists():
@@ -274,7 +282,7 @@ class ResultsStore:
     def read_bench_lines(self, rec: Record, case: str, limit: int = 1) -> list[dict[str, Any]]:
         """The first `limit` lines of SGLang's JSONL for bench case `case` beside a record (bench_serving's
         settings, e.g. max_concurrency, are in every line); [] when it is missing or unreadable."""
-        path = self.run_path(rec.run_id) / rec.experiment / rec.attempt / f"bench-{Path(case).name}.jsonl"
+        path = self.attempt_of(rec).bench_jsonl(case)
         lines: list[str] = []
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -290,7 +298,7 @@ class ResultsStore:
     def read_bench_log(self, run_id: str, experiment: str, attempt: str, case: str) -> str | None:
         """The text of bench case `case`'s client log beside a record (every repeat's output); None when it is
         missing or unreadable."""
-        path = self.run_path(run_id) / experiment / attempt / f"bench-{Path(case).name}.log"
+        path = self.attempt(run_id, experiment, attempt).bench_log(case)
         try:
             return path.read_text(encoding="utf-8", errors="replace")
         except OSError:

@@ -14,9 +14,9 @@ import math
 from typing import Any
 
 from ..common.protocol import Status
-from .compare import Cell, Row, lower_is_better, metric_unit
+from .compare import Cell, Row
 from .families import Family, level_text
-from .metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
+from .metrics import OUTPUT_THROUGHPUT
 from .svgdraw import (
     FAIL,
     INK,
@@ -39,20 +39,12 @@ from .svgdraw import (
     x_axis,
     y_axis,
 )
+from .units import LATENCY_NAMES, direction, metric_title, number
 
 WIDTH = 760
 BAND = 26  # px per row of a case chart
 BAR = "#0072B2"
 BASE = "#8c959f"
-LATENCY_NAMES = {MEDIAN_ITL_MS: ("median ITL", "median inter-token latency, ITL (ms)"),
-                 MEDIAN_TTFT_MS: ("median TTFT", "median time to first token, TTFT (ms)")}
-
-
-def metric_title(metric: str) -> str:
-    unit = metric_unit(metric)
-    return f"{metric}{f' ({unit})' if unit else ''}"
-
-
 def no_result(row: Row) -> str:
     if row.status == Status.OK:
         return "no result"
@@ -72,10 +64,10 @@ def case_chart(rows: list[Row], case: str, metric: str, prefix: str) -> Chart:
     values = [v for _, c in cells for v in _drawable(c)]
     xs = ticks(0, max(values) * 1.02 if values else 1.0)
     sx = Scale(xs[0], xs[-1], left, right)
-    better = "lower" if lower_is_better(metric) else "higher"
-    body = [text(12, 22, f"{case}: {metric_title(metric)}, {better} is better", size=14, extra='font-weight="600"'),
+    heading = metric_title(metric, better=True)
+    body = [text(12, 22, f"{case}: {heading}", size=14, extra='font-weight="600"'),
             text(12, 40, "bar: median · whisker: lowest to highest repeat · dot: one repeat", size=11, fill=MUTED)]
-    body += x_axis(sx, xs, bottom, top, f"{metric_title(metric)}, {better} is better")
+    body += x_axis(sx, xs, bottom, top, heading)
     desc = []
     for i, ((row, cell), label) in enumerate(zip(cells, labels)):
         y = top + BAND * i + BAND / 2
@@ -89,8 +81,8 @@ def case_chart(rows: list[Row], case: str, metric: str, prefix: str) -> Chart:
             desc.append(f"{label}: {no_result(row)}")
             continue
         body += _bar(row, cell.median, samples, sx, y, prefix)
-        desc.append(f"{label}: median {_fmt(cell.median)}, {cell.n} repeats from {_fmt(min(samples))} "
-                    f"to {_fmt(max(samples))}")
+        desc.append(f"{label}: median {number(cell.median)}, {cell.n} repeats from {number(min(samples))} "
+                    f"to {number(max(samples))}")
     for row, cell in cells:
         if row.is_baseline and cell is not None and cell.median is not None and _drawable(cell):
             x = num(sx(cell.median))
@@ -108,7 +100,7 @@ def case_chart(rows: list[Row], case: str, metric: str, prefix: str) -> Chart:
     hatch = (f'<pattern id="{prefix}-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
              f'patternTransform="rotate(45)"><rect width="6" height="6" fill="{BASE}"/>'
              f'<line x1="0" y1="0" x2="0" y2="6" stroke="{INK}" stroke-width="1.5"/></pattern>')
-    title = f"bench case {case}: {metric_title(metric)} per experiment, {better} is better"
+    title = f"bench case {case}: {metric_title(metric)} per experiment, {direction(metric)}"
     return document(prefix, WIDTH, int(bottom + 58 + height), title, "; ".join(desc), body, defs=hatch,
                     extra=f'data-case="{esc(case)}"')
 
@@ -125,17 +117,13 @@ def _bar(row: Row, median: float, samples: list[float], sx: Scale, y: float, pre
     lo, hi = sx(min(samples)), sx(max(samples))
     out = [f'<g class="bar" data-label="{esc(row.label)}" data-median="{median:g}">',
            f'<rect x="{num(sx(0))}" y="{num(y - 8)}" width="{num(max(sx(median) - sx(0), 1))}" height="16" '
-           f'fill="{fill}"><title>{esc(row.label)}: median {_fmt(median)}</title></rect>',
+           f'fill="{fill}"><title>{esc(row.label)}: median {number(median)}</title></rect>',
            f'<path d="M{num(lo)},{num(y - 5)}V{num(y + 5)}M{num(lo)},{num(y)}H{num(hi)}M{num(hi)},{num(y - 5)}'
            f'V{num(y + 5)}" stroke="{INK}" stroke-width="1.2"/>']
     out += [f'<circle class="repeat" cx="{num(sx(v))}" cy="{num(y)}" r="2.5" fill="#000000" fill-opacity="0.6"/>'
             for v in samples]
-    out.append(text(max(sx(median), hi) + 6, y + 4, _fmt(median), size=11, fill=MUTED))
+    out.append(text(max(sx(median), hi) + 6, y + 4, number(median), size=11, fill=MUTED))
     return out + ["</g>"]
-
-
-def _fmt(v: float) -> str:
-    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
 # ============================================================================ latency against throughput
@@ -177,7 +165,7 @@ def pareto_chart(fam: Family, latency: str, prefix: str) -> Chart | None:
                     f'<polyline points="{coords}" fill="none" stroke="{st.color}" stroke-width="2"{dash}/>')
         for p in pts:
             x, y = p.medians[OUTPUT_THROUGHPUT], p.medians[latency]
-            tip = f"{label}, max concurrency {level_text(p.level)} ({p.case}): {_fmt(x)} tok/s, {_fmt(y)} ms"
+            tip = f"{label}, max concurrency {level_text(p.level)} ({p.case}): {number(x)} tok/s, {number(y)} ms"
             ring = (f'<circle class="front" r="9" fill="none" stroke="{INK}" stroke-width="1.2"/>'
                     if k in front else "")
             body.append(f'<g class="point" data-series="{esc(s.label)}" data-level="{level_text(p.level)}" '

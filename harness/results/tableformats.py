@@ -9,12 +9,13 @@ from dataclasses import asdict
 
 from ..safetext import display_line
 from .answers import LEGEND
-from .compare import SIGNIFICANCE_LEGEND, Cell, Row, columns, lower_is_better, table_rows
+from .compare import SIGNIFICANCE_LEGEND, Cell, Row, columns, table_rows
+from .units import direction, lower_is_better
 
 
 def to_markdown(rows: list[Row], metric: str) -> str:
     cols = columns(rows, metric)
-    lines = [f"metric: `{metric}` ({'lower' if lower_is_better(metric) else 'higher'} is better); "
+    lines = [f"metric: `{metric}` ({direction(metric)}); "
              + SIGNIFICANCE_LEGEND
              + ("; " + LEGEND if "answers" in cols else ""),
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

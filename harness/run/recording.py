@@ -14,11 +14,11 @@ from ..common.protocol import Final, Hello, RecoveryReport, Spec, Status
 from ..common.wire import plain
 from ..errors import HarnessError
 from ..experiments.resolve import Resolved
-from ..masking import mask_secrets, redact_argv
+from ..masking import mask_secrets, redact_argv, redact_env
 from ..results.answers import own_stats, parse_answers
+from ..results.attemptdir import AttemptDir
 from ..results.metrics import summarize
 from ..results.schemas import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt
-from ..results.store import redact_env
 from ..triage.classify import hang_hint, triage_file
 from ..triage.logtext import clean_line, iter_file_lines
 
@@ -57,13 +57,6 @@ def agent_facts(final: Final, fetch_missing: list[str], profile_error: str | Non
              "arch": pre.arch, "budget_exceeded": final.budget_exceeded, "gpu_dirty": final.gpu_dirty,
              "profile_error": profile_error, "bench_cases": case_runs(final)}
     return {name: value for name, value in facts.items() if value}
-
-
-def bench_outputs(final: Final) -> list[tuple[str, str]]:
-    """(name, JSONL path on the host) of every bench output to fetch: each case's, then each warm-up's as
-    `<case>.warmup` (its log beside it, as a case's)."""
-    warmups = [(c.name + ".warmup", c.warmup_file) for c in final.bench.cases or [] if c.warmup_file]
-    return list((final.bench.files or {}).items()) + warmups
 
 
 def case_runs(final: Final) -> dict[str, Any] | None:
@@ -107,7 +100,8 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         status, error = Status.INFRA_ERROR, str(host_error)
     elif follow.final is None:
         error = error or "the agent ended without a final report"
-    log = directory / "server.log"
+    folder = AttemptDir(directory)
+    log = folder.server_log
     verdict: dict[str, Any] | None = None
     if status == Status.CRASHED:
         exit_code = final.server.exit_code
@@ -119,8 +113,8 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         last = _last_line(log) if log.exists() else None
         phase = triage_file(log).phase if log.exists() else None
         verdict = {"category": "hung", "key_line": last, "phase": phase,
-                   "hint": hang_hint(phase, (directory / "stack-dump.txt").exists())}
-    profile, profile_error = _profile_summary(directory)
+                   "hint": hang_hint(phase, folder.stack_dump.exists())}
+    profile, profile_error = _profile_summary(folder)
     timings = dict(final.timings)
     timings["total_s"] = round(elapsed, 4)
     metrics = {case: summarize(rows) for case, rows in follow.bench_rows.items()}
@@ -152,7 +146,7 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
         experiment_file=str(r.file.resolve()), server=server, changed_paths=plain(final.patch.changed_paths),
         recovered=recovery_facts(final.recovered), abort_reason=final.abort_reason, profile=profile,
-        answers=answers_stats(directory), slurm=follow.job, **facts, **({"checkout": r.checkout} if r.checkout else {}),
+        answers=answers_stats(folder), slurm=follow.job, **facts, **({"checkout": r.checkout} if r.checkout else {}),
     )
     if sweep is not None:
         record.key, record.round, record.sweep, record.try_ = sweep.key, sweep.round, sweep.sweep, sweep.try_
@@ -189,10 +183,10 @@ def make_provisional_record(r: Resolved, host_name: str, run_id: str, attempt: s
     return record
 
 
-def _profile_summary(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
+def _profile_summary(folder: AttemptDir) -> tuple[dict[str, Any] | None, str | None]:
     """The top operations by GPU time in the rank-0 trace (what the comparison's "top op" shows), or why the
     trace that came cannot be read."""
-    traces = sorted((directory / "profile").glob("*-TP-0*.trace.json*")) if (directory / "profile").is_dir() else []
+    traces = folder.rank0_traces()
     if not traces:
         return None, None
     try:  # imported here, and never at the record's expense: a host image may lack the streaming parser
@@ -204,20 +198,20 @@ def _profile_summary(directory: Path) -> tuple[dict[str, Any] | None, str | None
     except (OSError, ValueError) as exc:
         return None, f"cannot read {traces[0].name}: {exc}"
     out = summary.to_dict()
-    out["trace"] = str(traces[0].relative_to(directory))
-    out["files"] = sorted(str(p.relative_to(directory)) for p in (directory / "profile").iterdir())
+    out["trace"] = folder.relative(traces[0])
+    out["files"] = folder.profile_files()
     return out, None
 
 
-def answers_stats(directory: Path) -> dict[str, Any] | None:
+def answers_stats(folder: AttemptDir) -> dict[str, Any] | None:
     """The answer check's own facts, from the answers.json fetched beside the record (none: no answer check)."""
-    path = directory / "answers.json"
+    path = folder.answers()
     if not path.is_file():
         return None
     try:
         return own_stats(parse_answers(json.loads(path.read_text(encoding="utf-8"))))
     except (OSError, ValueError) as exc:  # BadAnswers and JSON errors are ValueErrors
-        return {"file": path.name, "error": f"cannot read answers.json: {exc}"}
+        return {"file": path.name, "error": f"cannot read {path.name}: {exc}"}
 
 
 def _last_line(path: Path) -> str | None:

@@ -39,11 +39,12 @@ from ..hosts.slurm import JobInfo, describe
 from ..hosts.targets import connect, open_attempt
 from ..hosts.transport import Transport
 from ..masking import attempt_secrets, mask_files, mask_secrets
+from ..results.attemptdir import AttemptDir
 from ..results.schemas import Record, SlurmJob, SweepAttempt
 from ..results.store import ResultsStore
 from ..safetext import display_line
 from ..triage.classify import triage_text
-from .recording import AgentReport, bench_outputs, make_provisional_record, make_record, recovery_facts
+from .recording import AgentReport, make_provisional_record, make_record, recovery_facts
 
 
 class Reporter(Protocol):
@@ -372,29 +373,21 @@ def _note_job_state(follow: AgentReport, ev: JobState) -> None:
 
 def _fetch_artifacts(t: Transport, final: Final, directory: Path) -> list[str]:
     """Copy the attempt's files from the host into `directory`; the ones that did not arrive whole."""
-    wanted: list[tuple[str, str]] = []
-    if final.server.log:
-        wanted.append((final.server.log, "server.log"))
-    for case, path in bench_outputs(final):
-        wanted += [(path, f"bench-{case}.jsonl"), (path[: -len(".jsonl")] + ".log", f"bench-{case}.log")]
-    wanted += [(final.bench.answers_file, "answers.json")] if final.bench.answers_file else []
+    folder = AttemptDir(directory)
+    wanted = folder.fetched(final)
     if final.bench.profile_files:
-        (directory / "profile").mkdir(exist_ok=True)
-        for path in final.bench.profile_files:
-            wanted.append((path, "profile/" + path.rsplit("/", 1)[-1]))
-    if final.server.stack_dump:
-        wanted.append((final.server.stack_dump, "stack-dump.txt"))
+        folder.profile.mkdir(exist_ok=True)
     expected = final.artifacts or {}
     missing = []
     for remote, local in wanted:
         try:
-            t.get(remote, directory / local)
+            t.get(remote, local)
         except OSError:
             missing.append(remote)
-            (directory / local).unlink(missing_ok=True)  # never keep half a file
+            local.unlink(missing_ok=True)  # never keep half a file
             continue
         # Byte for byte what the host has: a transfer that changed a byte is no copy at all.
-        if remote in expected and sha256_file(str(directory / local)) != expected[remote]:
+        if remote in expected and sha256_file(str(local)) != expected[remote]:
             missing.append(f"{remote} (arrived with another sha256 than the host's)")
-            (directory / local).unlink()
+            local.unlink()
     return missing

@@ -24,7 +24,7 @@ from ..hosts.gpus import AskStatus, ask_host
 from ..hosts.targets import connect
 from ..hosts.transport import Transport
 from ..results.schemas import Record, SweepAttempt
-from ..results.store import ResultsStore, load_record
+from ..results.store import ResultsStore
 from .health import DOWN_AFTER, REPROBE_AFTER, REPROBE_TRIES, DownHost, HostHealth
 from .placement import Placement
 from .runner import AttemptOutcome, Reporter, run_attempt
@@ -374,9 +374,8 @@ class Scheduler:
     def _latest_record(self, a: PlannedAttempt) -> Record | None:
         """The attempt's newest record: read from its experiment's folder only (not the whole run's, which
         grows with the sweep: a host going down must not cost a read of every record)."""
-        folder = self.store.run_path(self.run_id) / a.name
         try:
-            recs = [r for r in (load_record(p) for p in sorted(folder.glob("*/record.json"))) if r.key == a.key]
+            recs = [r for r in self.store.experiment_records(self.run_id, a.name) if r.key == a.key]
         except ResultsError:  # in a worker thread: the caller goes on without it (the sweep's own records)
             return None
         return recs[-1] if recs else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ..results.attemptdir import STACK_DUMP
 from .signatures import SIGQUIT_NOTICE, SIGQUIT_RECEIVED
 
 # Advice that depends on the key line's words rather than only on its category.
@@ -88,6 +89,6 @@ def hang_hint(phase: str | None, stack_dump: bool = True) -> str:
         "warmup": "in the warmup request: the first forward pass never finished",
         "serving": "while serving: a request that never finishes, or a deadlock between ranks",
     }.get(phase or "", "before its log said where it was")
-    see = ("stack-dump.txt shows where each process waits" if stack_dump
+    see = (f"{STACK_DUMP} shows where each process waits" if stack_dump
            else "no stack dump was taken (install py-spy on the host to get one)")
     return f"the server stopped making progress {where}; {see}"

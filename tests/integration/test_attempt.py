@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.experiments.config import load_experiment
+from harness.experiments.files import read_experiment_file
 from harness.experiments.resolve import resolve
 from harness.results.store import ResultsStore, load_record, new_run_id
 from harness.run.runner import run_attempt
@@ -26,7 +26,7 @@ BENCH = [{"name": "decode-bs1", "num_prompts": 3, "input_len": 32, "output_len":
 
 def attempt(tmp_path: Path, host, exp_file: Path):
     name, cfg = host
-    exp = load_experiment(exp_file)
+    exp = read_experiment_file(exp_file).experiment
     run_id = new_run_id()
     outcome = run_attempt(resolve(exp, exp_file, PATCHES), name, cfg, ResultsStore(tmp_path / "results"), run_id)
     # What is on disk is what counts: reload the record the harness wrote.
@@ -111,7 +111,7 @@ def test_patch_that_does_not_apply_changes_nothing(tmp_path, host, sim_target, p
     before = tree_snapshot(sim_target.repo)
     f = write_experiment(tmp_path, "bad-patch", port, patches=["bad"])
     name, cfg = host
-    exp = load_experiment(f)
+    exp = read_experiment_file(f).experiment
     run_id = new_run_id()
     out = run_attempt(resolve(exp, f, tmp_path / "patches"), name, cfg, ResultsStore(tmp_path / "results"), run_id)
     rec = load_record(out.directory / "record.json")

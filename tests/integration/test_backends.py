@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.experiments.config import HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import HostConfig
+from harness.experiments.resolve import resolve_file
 from harness.results.store import ResultsStore, load_record, new_run_id
 from harness.run.runner import run_attempt
 from harness.sim import init_target
@@ -23,7 +23,7 @@ def host_for(target, tmp_path, arch=None):
 
 def run(tmp_path, host, f):
     name, cfg = host
-    out = run_attempt(resolve(load_experiment(f), f, PATCHES), name, cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, PATCHES), name, cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     return load_record(out.directory / "record.json")
 
@@ -98,7 +98,7 @@ def sim_fp8_mla_patch_set(tmp_path):
 
 def run_with(tmp_path, host, f, patches):
     name, cfg = host
-    out = run_attempt(resolve(load_experiment(f), f, patches), name, cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, patches), name, cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     return load_record(out.directory / "record.json")
 

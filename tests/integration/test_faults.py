@@ -19,10 +19,10 @@ import uuid
 import pytest
 import yaml
 
-from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.config import HostConfig
 from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
-from harness.experiments.resolve import resolve
+from harness.experiments.resolve import resolve_file
 from harness.results.store import ResultsStore, load_record, new_run_id
 from harness.run.runfile import write_run_file
 from harness.run.runner import host_status, recover_host, run_attempt
@@ -52,7 +52,7 @@ def local(target, tmp_path, **over) -> tuple[str, HostConfig]:
 
 def attempt(tmp_path, host, f, patches=PATCHES, **kw):
     name, cfg = host
-    out = run_attempt(resolve(load_experiment(f), f, patches), name, cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, patches), name, cfg, ResultsStore(tmp_path / "results"),
                       new_run_id(), **kw)
     return load_record(out.directory / "record.json")
 

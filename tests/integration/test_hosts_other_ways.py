@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HostError
-from harness.experiments.config import HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import HostConfig
+from harness.experiments.resolve import resolve_file
 from harness.results.store import ResultsStore, load_record, new_run_id
 from harness.run.runner import run_attempt
 from harness.sim import init_target
@@ -69,7 +69,7 @@ def test_without_sftp_every_artifact_arrives_byte_for_byte(tmp_path, sim_target,
                       gpus=8, arch="sm90", workdir=str(tmp_path / "work"))
     f = write_experiment(tmp_path, "nosftp", free_port(), backend="flashinfer-mla", patches=["raw_bytes"],
                          bench=BENCH, profile={"steps": 2}, server={"tp": 2})
-    out = run_attempt(resolve(load_experiment(f), f, patches), "nosftp", host, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, patches), "nosftp", host, ResultsStore(tmp_path / "results"),
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error
@@ -146,7 +146,7 @@ def test_a_user_whose_login_shell_is_tcsh_runs_an_attempt_and_the_host_is_left_a
                       workdir=str(home / "work"))
     f = write_experiment(tmp_path, "tcsh", free_port(), backend="flashinfer-mla", patches=["sim_fp8_kv_into_mla_plan"],
                          server={"kv_cache_dtype": "auto"}, bench=BENCH)
-    out = run_attempt(resolve(load_experiment(f), f, PATCHES), "tcsh-box", host, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, PATCHES), "tcsh-box", host, ResultsStore(tmp_path / "results"),
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error
@@ -194,7 +194,7 @@ def test_a_work_dir_that_cannot_be_written_is_a_clear_error_naming_it_and_change
                           arch="sm90", workdir=str(workdir))
         f = write_experiment(tmp_path, "wd", free_port(), backend="flashinfer-mla", bench=BENCH)
         with pytest.raises(HostError) as exc:
-            run_attempt(resolve(load_experiment(f), f, PATCHES), "box", host, ResultsStore(tmp_path / "results"),
+            run_attempt(resolve_file(f, PATCHES), "box", host, ResultsStore(tmp_path / "results"),
                         new_run_id())
         message = str(exc.value)
         assert f"the work dir {workdir} on the host cannot be written" in message
@@ -244,7 +244,7 @@ def test_host_keys_are_checked_on_every_hop_through_a_bastion(tmp_path, sim_targ
                       repo=str(sim_target.repo), python=str(sim_target.python), gpus=8, arch="sm90",
                       workdir=str(tmp_path / "work"))
     f = write_experiment(tmp_path, "jump", free_port(), backend="flashinfer-mla", bench=BENCH)
-    run = lambda: run_attempt(resolve(load_experiment(f), f, PATCHES), "behind", host,  # noqa: E731
+    run = lambda: run_attempt(resolve_file(f, PATCHES), "behind", host,  # noqa: E731
                               ResultsStore(tmp_path / "results"), new_run_id())
     if bastion_key == "known":
         rec = load_record(run().directory / "record.json")
@@ -303,7 +303,7 @@ def test_a_grandchild_that_calls_setsid_and_clears_its_environment_does_not_outl
     name, host_cfg = host  # over sshd and through the local transport
     f = write_experiment(tmp_path, "escape", free_port(), backend="flashinfer-mla", patches=["escape"], bench=BENCH,
                          server={"env": {"ESCAPE_PIDFILE": str(pidfile)}})
-    out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error
@@ -337,7 +337,7 @@ def test_a_server_frozen_during_the_benchmark_is_hung_within_no_progress_not_the
         def note(self, label: str, message: str) -> None:
             pass
 
-    out = run_attempt(resolve(load_experiment(f), f, PATCHES), name, host_cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, PATCHES), name, host_cfg, ResultsStore(tmp_path / "results"),
                       new_run_id(), reporter=FreezeAtBench())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "hung", rec.error
@@ -362,7 +362,7 @@ def test_what_the_server_writes_in_its_working_directory_never_lands_in_the_tree
     for run in ("first", "second"):
         f = write_experiment(tmp_path, run, free_port(), backend="flashinfer-mla", patches=["core_dumper"],
                              bench=BENCH)
-        out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
+        out = run_attempt(resolve_file(f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                           new_run_id())
         rec = load_record(out.directory / "record.json")
         assert rec.status == "ok", f"{run}: {rec.error}"  # the second one too: nothing stray blocks it
@@ -382,7 +382,7 @@ def test_files_the_attempt_leaves_under_ignored_paths_are_named_in_the_record(tm
     name, host_cfg = host  # over sshd and through the local transport
     f = write_experiment(tmp_path, "cache", free_port(), backend="flashinfer-mla", patches=["cache_writer"],
                          bench=BENCH)
-    out = run_attempt(resolve(load_experiment(f), f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, patches), name, host_cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error

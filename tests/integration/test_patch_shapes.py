@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from harness.errors import ConfigError
-from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.config import HostConfig
 from harness.experiments.patchsets import load_patch_set
-from harness.experiments.resolve import resolve
+from harness.experiments.resolve import resolve_file
 from harness.run.runner import check_patches
 from tests.conftest import tree_snapshot
 
@@ -71,7 +71,7 @@ def test_patch_set_of_each_shape_is_read_applied_and_reverted(tmp_path, repo, sh
     exp.write_text(yaml.safe_dump({"name": "shape", "model": {"path": "/m"}, "patches": [shape],
                                     "server": {"port": "auto"}}))
     host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
-    result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
+    result = check_patches(resolve_file(exp, tmp_path / "patches"), "local", host)
     assert result.status == "ok", result.error
     assert result.revert.verified is True
     changed = set(result.patch.changed_paths.restore) | set(result.patch.changed_paths.delete)
@@ -103,7 +103,7 @@ def test_autocrlf_on_the_host_does_not_fool_the_revert_check(tmp_path, repo):
     exp.write_text(yaml.safe_dump({"name": "crlf", "model": {"path": "/m"}, "patches": ["lf-edit"],
                                     "server": {"port": "auto"}}))
     host = HostConfig(address="local", repo=str(repo), python="python3", workdir=str(tmp_path / "work"))
-    result = check_patches(resolve(load_experiment(exp), exp, tmp_path / "patches"), "local", host)
+    result = check_patches(resolve_file(exp, tmp_path / "patches"), "local", host)
     assert result.status == "ok", result.error
     assert b"\r\n" not in (repo / "pkg" / "old.py").read_bytes()
     assert tree_snapshot(repo) == before and result.revert.verified is True

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from harness.errors import Interrupted
-from harness.experiments.config import HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import HostConfig
+from harness.experiments.resolve import resolve_file
 from harness.results.store import ResultsStore, load_record, new_run_id
 from harness.run.runner import run_attempt
 from tests.conftest import PATCHES, marked_processes, tree_snapshot, wait_until, write_experiment
@@ -31,7 +31,7 @@ BENCH = [{"name": "bs1", "num_prompts": 2, "input_len": 32, "output_len": 16, "m
 def run(tmp_path, sim_target, f):
     host = HostConfig(address="local", repo=str(sim_target.repo), python=str(sim_target.python), gpus=8,
                       workdir=str(tmp_path / "work"))
-    out = run_attempt(resolve(load_experiment(f), f, PATCHES), "sim", host, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, PATCHES), "sim", host, ResultsStore(tmp_path / "results"),
                       new_run_id())
     return load_record(out.directory / "record.json"), out.directory
 
@@ -123,7 +123,7 @@ def test_cancel_during_the_profile_keeps_the_finished_benchmark(tmp_path, sim_ta
     store = ResultsStore(tmp_path / "results")
     t0 = time.monotonic()
     with pytest.raises(Interrupted):
-        run_attempt(resolve(load_experiment(f), f, PATCHES), "sim", host, store, new_run_id(),
+        run_attempt(resolve_file(f, PATCHES), "sim", host, store, new_run_id(),
                     reporter=OnStage("profile", cancel.set), cancel=cancel)
     assert time.monotonic() - t0 < 60
     rec = load_record(next((tmp_path / "results").rglob("record.json")))

@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.experiments.config import HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import HostConfig
+from harness.experiments.resolve import resolve_file
 from harness.experiments.spec import build_spec
 from harness.hosts.shipping import agent_zipapp
 from harness.results.store import ResultsStore, load_record, new_run_id
@@ -102,7 +102,7 @@ def insert_after(path: Path, anchor: str, code: str) -> None:
 def attempt(tmp_path: Path, host: tuple[str, HostConfig], exp_file: Path, patches_dir: Path = PATCHES):
     name, cfg = host
     run_id = new_run_id()
-    out = run_attempt(resolve(load_experiment(exp_file), exp_file, patches_dir), name, cfg,
+    out = run_attempt(resolve_file(exp_file, patches_dir), name, cfg,
                       ResultsStore(tmp_path / "results"), run_id)
     return load_record(out.directory / "record.json"), out.directory, run_id
 
@@ -311,7 +311,7 @@ def test_agent_stdin_eof_aborts_stops_server_and_reverts_with_no_heartbeat_timeo
                          bench=LONG_BENCH, timeouts={"stop_grace": 2})
     run_id = new_run_id()
     # Built as run_attempt builds it, but with no heartbeat timeout and no budget: only EOF can abort it.
-    spec = build_spec(resolve(load_experiment(f), f, PATCHES), cfg, run_id=run_id, attempt_id="orphaned-01")
+    spec = build_spec(resolve_file(f, PATCHES), cfg, run_id=run_id, attempt_id="orphaned-01")
     spec.host_name = name
     spec.heartbeat_timeout_s = None
     assert spec.heartbeat_timeout_s is None and not spec.deadline_s

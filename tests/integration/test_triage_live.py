@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from harness.experiments.config import HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import HostConfig
+from harness.experiments.resolve import resolve_file
 from harness.results.store import ResultsStore, load_record, new_run_id
 from harness.run.runner import run_attempt
 from harness.sim import init_target
@@ -25,7 +25,7 @@ def local_host(sim_target, tmp_path):
 
 def run(tmp_path, host, f, patches_dir=PATCHES):
     name, cfg = host
-    out = run_attempt(resolve(load_experiment(f), f, patches_dir), name, cfg, ResultsStore(tmp_path / "results"),
+    out = run_attempt(resolve_file(f, patches_dir), name, cfg, ResultsStore(tmp_path / "results"),
                       new_run_id())
     return load_record(out.directory / "record.json")
 

@@ -526,8 +526,8 @@ def test_a_recovery_that_cannot_restore_the_tree_is_the_records_revert_unverifie
     recovery (a real agent, through the local transport) cannot restore it, and the dead attempt's record
     says so in `revert` — not `revert: null` — naming the path, beside `recovered`."""
     from harness.errors import AgentProtocolError
-    from harness.experiments.config import HostConfig, load_experiment
-    from harness.experiments.resolve import resolve
+    from harness.experiments.config import HostConfig
+    from harness.experiments.resolve import resolve_file
     from harness.experiments.spec import build_spec
     from harness.hosts.direct import connect
     from harness.run.recording import AgentReport, make_record
@@ -539,7 +539,7 @@ def test_a_recovery_that_cannot_restore_the_tree_is_the_records_revert_unverifie
         f.write("# written while patched\n")
     host = HostConfig(address="local", repo=str(repo), python=sys.executable, workdir=str(tmp_path / "work"))
     exp = write_experiment(tmp_path, "victim", 30000)
-    resolved = resolve(load_experiment(exp), exp, PATCHES)
+    resolved = resolve_file(exp, PATCHES)
     spec = build_spec(resolved, host, run_id="r1", attempt_id="killed")
 
     final = _recover_after_agent_death(connect, "box", host, spec, SilentReporter(), "victim@box")
@@ -558,10 +558,11 @@ def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_wha
     attempt on the host (a real one, through the local transport) recovers the journal; that provisional
     record then carries the recovery — `recovered`, and `revert` verified — instead of `revert: null`."""
     from harness.errors import HarnessError
-    from harness.experiments.config import HostConfig, load_experiment
-    from harness.experiments.resolve import resolve
+    from harness.experiments.config import HostConfig
+    from harness.experiments.resolve import resolve_file
+    from harness.results.attemptdir import PROVISIONAL
     from harness.results.schemas import Record
-    from harness.results.store import PROVISIONAL, ResultsStore, load_record
+    from harness.results.store import ResultsStore, load_record
     from harness.run.runner import run_attempt
     from tests.conftest import PATCHES, write_experiment
 
@@ -580,7 +581,7 @@ def test_an_attempt_whose_controller_was_killed_learns_from_the_next_attempt_wha
                       allow_dirty=("notes.txt",))
     f = write_experiment(tmp_path, "next", 30000)
     try:
-        run_attempt(resolve(load_experiment(f), f, PATCHES), "box", host, store, "r2")
+        run_attempt(resolve_file(f, PATCHES), "box", host, store, "r2")
     except HarnessError:
         pass  # whatever became of the next attempt itself (nothing here is an SGLang): its recovery is the point
     assert tree_snapshot(repo) == before

@@ -15,7 +15,8 @@ from harness.agent.answers import BadReply, check_answers, parse_reply, request_
 from harness.agent.errors import StageFailed
 from harness.common.protocol import AnswersSpec, Final, ServerSpec, Spec, Status, Timeouts
 from harness.errors import ConfigError
-from harness.experiments.config import AnswersSettings, load_experiment
+from harness.experiments.config import AnswersSettings
+from harness.experiments.files import read_experiment_file
 from harness.experiments.spec import answer_prompts, answers_spec
 from harness.results.answers import (
     AnswerSet,
@@ -138,8 +139,8 @@ def test_the_table_cell_per_row_reference_and_no_reference():
     assert got == {"base": "ref", "same": "✓ 100% Δ0", "wrong": "✗ 87% Δ0 (1 bad)", "other": "≠ ref", "torn": "?",
                    "none": None}
     assert any("seed 8 vs 7" in n for n in notes["other"]) and notes["torn"] == ["answers: bad JSON"]
-    from harness.results.tableformats import to_csv
     from harness.results.page import table_context
+    from harness.results.tableformats import to_csv
 
     rows = build_rows(records, metric="output_throughput", baseline="base")
     attach(rows, records, lambda r: sets[r.experiment], named_baseline=True)
@@ -159,7 +160,7 @@ def test_the_table_cell_per_row_reference_and_no_reference():
 def test_answers_yaml_defaults_spec_and_errors_name_file_and_line(tmp_path):
     f = tmp_path / "e.yaml"
     f.write_text("model: {path: m}\nanswers:\n  prompts: 3\n  input_len: 5\n")
-    exp = load_experiment(f)
+    exp = read_experiment_file(f).experiment
     assert exp.answers == AnswersSettings(prompts=3, input_len=5)
     a = exp.answers
     assert a.output_len == 32 and a.top_logprobs == 20 and a.vocab == 32000 and a.max_dlogprob == 0.25
@@ -168,10 +169,10 @@ def test_answers_yaml_defaults_spec_and_errors_name_file_and_line(tmp_path):
     assert answer_prompts(a) == spec.input_ids and answer_prompts(a.model_copy(update={"seed": 8})) != spec.input_ids
     assert spec.settings["tie_margin"] == 0.1
     f.write_text("model: {path: m}\nanswers:\n  prompts: 3\n  top_logprob: 5\n")
-    msg = str(pytest.raises(ConfigError, load_experiment, f).value)
+    msg = str(pytest.raises(ConfigError, read_experiment_file, f).value)
     assert f"{f}:4:" in msg and "top_logprobs" in msg
     f.write_text("model: {path: m}\nanswers:\n  prompts: 0\n")
-    msg = str(pytest.raises(ConfigError, load_experiment, f).value)
+    msg = str(pytest.raises(ConfigError, read_experiment_file, f).value)
     assert f"{f}:3:" in msg and "greater than or equal to 1" in msg
 
 

@@ -16,8 +16,9 @@ from harness.cli.bisect import check_same, parse_metric
 from harness.common.outcome import CommitInfo, HistoryReport
 from harness.common.protocol import Final, Status
 from harness.errors import ConfigError, HostError, Interrupted
-from harness.experiments.config import ClusterConfig, ClusterHost, HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import ClusterConfig, ClusterHost, HostConfig
+from harness.experiments.files import read_experiment_file
+from harness.experiments.resolve import resolve_file
 from harness.results.bisection import Found
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
@@ -69,7 +70,7 @@ class FakeTarget:
 
 def setup(tmp_path: Path, n: int, host: HostConfig = HOST, name: str = "box") -> tuple[Any, Any, ResultsStore]:
     exp = write_experiment(tmp_path, "decode", 30000, bench=BENCH)
-    resolved = resolve(load_experiment(exp), exp, PATCHES)
+    resolved = resolve_file(exp, PATCHES)
     commits = [f"{i:02d}" + "c" * 38 for i in range(n)]
     history = HistoryReport(head=commits[-1], branch="refs/heads/main",
                             commits=[CommitInfo(sha=c, subject=f"change {i}") for i, c in enumerate(commits)])
@@ -175,7 +176,7 @@ def test_a_history_that_cannot_be_bisected_is_refused_saying_why(monkeypatch, hi
 
 
 def test_the_metric_option_names_a_case_and_a_metric_that_exist(tmp_path):
-    exp = load_experiment(write_experiment(tmp_path, "decode", 30000, bench=BENCH))
+    exp = read_experiment_file(write_experiment(tmp_path, "decode", 30000, bench=BENCH)).experiment
     only = exp.bench[0].name
     assert parse_metric("median_itl_ms", exp, tmp_path) == (only, "median_itl_ms")
     assert parse_metric(f"{only}:output_throughput", exp, tmp_path) == (only, "output_throughput")

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import ConfigError
-from harness.experiments.config import Experiment, HostConfig, Inventory, Sweep, load_experiment, load_inventory
-from harness.experiments.files import read_sweep_file
+from harness.experiments.config import Experiment, HostConfig, Inventory, Sweep
+from harness.experiments.files import read_experiment_file, read_inventory_file, read_sweep_file
 from harness.experiments.plan import plan_sweep
 
 PATCHES = Path(__file__).resolve().parents[2] / "patches"
@@ -40,7 +40,7 @@ def check(loader, text: str) -> None:
             assert str(exc).startswith(str(f))
 
 
-LOADERS = [load_experiment, load_inventory, lambda f: plan_sweep(read_sweep_file(f), PATCHES, {})]
+LOADERS = [read_experiment_file, read_inventory_file, lambda f: plan_sweep(read_sweep_file(f), PATCHES, {})]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,10 +61,10 @@ def test_arbitrary_text(text):
 @settings(max_examples=100, deadline=None)
 @given(host=st.dictionaries(st.sampled_from(sorted(HostConfig.model_fields)), values, max_size=6))
 def test_host_entries(host):
-    check(load_inventory, yaml.safe_dump({"hosts": {"box": host}}))
+    check(read_inventory_file, yaml.safe_dump({"hosts": {"box": host}}))
 
 
 def test_models_are_frozen_after_load(tmp_path):
     f = tmp_path / "hosts.yaml"
     f.write_text("hosts:\n  a: {address: local, repo: /r}\n")
-    assert isinstance(load_inventory(f), Inventory)
+    assert isinstance(read_inventory_file(f).inventory, Inventory)

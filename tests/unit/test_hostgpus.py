@@ -9,8 +9,8 @@ import pytest
 
 from harness.common.protocol import Final, GpuInfo, RepoStatus, Status
 from harness.errors import HostUnreachable
-from harness.experiments.config import HostConfig, load_inventory
-from harness.experiments.files import read_sweep_file
+from harness.experiments.config import HostConfig
+from harness.experiments.files import read_inventory_file, read_sweep_file
 from harness.experiments.plan import plan_sweep
 from harness.hosts.gpus import answer_from_status, apply_answers, count_gpus
 from harness.run.placement import why_host_does_not_fit
@@ -31,7 +31,7 @@ def looked(**seen: Any) -> Final:
 def test_a_host_without_gpus_is_not_one_gpu(tmp_path):
     f = tmp_path / "hosts.yaml"
     f.write_text("hosts:\n  box:\n    address: local\n    repo: /r\n")
-    assert load_inventory(f).hosts["box"].gpus is None
+    assert read_inventory_file(f).inventory.hosts["box"].gpus is None
 
 
 def test_the_count_is_read_from_a_status_report_or_the_reason_there_is_none():

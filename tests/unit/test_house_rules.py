@@ -181,3 +181,51 @@ def test_the_patch_set_rules_see_a_repeated_file_and_a_copied_kernel(tmp_path):
     assert redundant_variant_files(tmp_path / "patches") == ["s/old/0001-a.patch", "s/old/files/pkg/k.py"]
     assert kernel_copies(tmp_path / "patches", tmp_path / "kernels") == [
         "s/old/files/pkg/k.py (kernels/k.py)", "t/files/pkg/copy.py (kernels/k.py)"]
+
+
+# The attempt folder's file names (results/attemptdir.py knows them all): spelled nowhere else on the controller's
+# side. The agent (and `common/`, which ships with it) names its own files on the host.
+ATTEMPT_FOLDER_OWNER = "results/attemptdir.py"
+ATTEMPT_FILE_WORDS = ("record.json", "record.partial.json", "server.log", "stack-dump.txt", "answers.json", "bench-",
+                      ".warmup")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def attempt_paths_built(tree: ast.AST) -> list[int]:
+    """Line numbers where a module spells a name of the attempt folder (docstrings aside), or joins "profile" to
+    a path."""
+    docs = _docstrings(tree)
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                and any(word in node.value for word in ATTEMPT_FILE_WORDS):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) \
+                and node.right.value == "profile":
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_only_the_attempt_folders_owner_names_its_files():
+    found = {}
+    for path in harness_files():
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == ATTEMPT_FOLDER_OWNER or rel.startswith(("agent/", "common/", "sim/")):
+            continue
+        if lines := attempt_paths_built(ast.parse(path.read_text())):
+            found[rel] = lines
+    assert not found, f"attempt folder paths built outside {ATTEMPT_FOLDER_OWNER} (ask an AttemptDir): {found}"
+
+
+def test_the_rule_sees_an_attempt_path_built():
+    seen = ('"""record.json in a docstring is fine."""\n'
+            'log = folder / "server.log"\n'
+            'jsonl = folder / f"bench-{case}.jsonl"\n'
+            'traces = (d / "profile").glob("*")\n'
+            'ok = folder / SERVER_LOG\n')
+    assert attempt_paths_built(ast.parse(seen)) == [2, 3, 4]

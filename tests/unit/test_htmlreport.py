@@ -14,10 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.results import compare as report
-from harness.results import outdir
-from harness.results import page as htmlreport
-from harness.results import tableformats
+from harness.results import compare, outdir, page, tableformats
 from harness.results.schemas import Record, RunInfo
 from harness.results.store import ResultsStore
 from tests.conftest import tree_snapshot
@@ -82,13 +79,13 @@ def store(tmp_path) -> ResultsStore:
 
 def load(store: ResultsStore, *runs: str, metric: str = "output_throughput"):
     records = [r for run in runs for r in store.final_records(run)]
-    rows = report.build_rows(records, metric=metric, baseline="base")
+    rows = compare.build_rows(records, metric=metric, baseline="base")
     return records, rows
 
 
 def test_table_context_has_every_row_with_its_gpu_ratio_and_verdict(store):
     records, rows = load(store, "run-a")
-    t = htmlreport.table_context(rows, "output_throughput")
+    t = page.table_context(rows, "output_throughput")
     assert t["headers"][:4] == ["experiment", "backend", "GPU", "status"]
     assert "bs1 median ± CV, tok/s" in t["headers"] and "bs8 vs base" in t["headers"]
     by = {r["label"]: r for r in t["rows"]}
@@ -108,7 +105,7 @@ def test_table_context_has_every_row_with_its_gpu_ratio_and_verdict(store):
 def test_failures_context_keeps_verdict_key_line_phase_hint_and_log(store):
     records, _ = load(store, "run-a")
     logs = {("run-a", "crashy", "01"): "logs/run-a/crashy-01.log.txt"}
-    fails = {f["experiment"]: f for f in htmlreport.failures(records, logs)}
+    fails = {f["experiment"]: f for f in page.failures(records, logs)}
     assert set(fails) == {"crashy", "hangs", "refused"}
     c = fails["crashy"]
     assert (c["category"], c["key_line"], c["phase"], c["hint"]) == ("kernel-error", KEY, "cuda-graph-capture", HINT)
@@ -116,15 +113,15 @@ def test_failures_context_keeps_verdict_key_line_phase_hint_and_log(store):
     r = fails["refused"]
     assert r["what"] == "refused before launch" and r["key_line"].startswith("backend cutlass_mla needs")
     assert r["log"] is None and r["error"] is None  # the error's first line is its key line already
-    assert [f["experiment"] for f in htmlreport.failures(records, logs)][-1] == "crashy"  # expected ones last
+    assert [f["experiment"] for f in page.failures(records, logs)][-1] == "crashy"  # expected ones last
 
 
 def test_top_ops_and_provenance(store):
     records, _ = load(store, "run-a")
-    tops = htmlreport.top_ops(records)
+    tops = page.top_ops(records)
     assert [(t["backend"], t["op"], t["share"], t["kernel"]) for t in tops] == [
         ("base", "aten::copy_", "60%", "elementwise_kernel"), ("fast", "aten::copy_", "60%", "elementwise_kernel")]
-    prov = htmlreport.provenance(records, {"run-a": store.find_run("run-a")})
+    prov = page.provenance(records, {"run-a": store.find_run("run-a")})
     (host,) = prov["hosts"]
     assert (host["host"], host["gpu"], host["sglang"], host["flashinfer"], host["commit"]) == (
         "sim-h200", "NVIDIA H200 x8", "0.5.23", "0.7.2", "c" * 40)
@@ -134,15 +131,15 @@ def test_top_ops_and_provenance(store):
 
 def write(store: ResultsStore, out: Path, *runs: str) -> tuple[Path, Page, str]:
     records, rows = load(store, *runs)
-    page = htmlreport.write_html(out, records, rows, "output_throughput", stores={r: store for r in runs},
+    index = page.write_html(out, records, rows, "output_throughput", stores={r: store for r in runs},
                                  runs={r: store.find_run(r) for r in runs})
-    text = page.read_text()
-    return page, Page(text), text
+    text = index.read_text()
+    return index, Page(text), text
 
 
 def test_page_shows_table_plots_failures_provenance_and_dark_mode(store, tmp_path):
-    page, p, text = write(store, tmp_path / "page", "run-a")
-    assert page == tmp_path / "page" / "index.html"
+    index, p, text = write(store, tmp_path / "page", "run-a")
+    assert index == tmp_path / "page" / "index.html"
     assert {r[0] for r in p.rows} == {"base", "fast", "crashy", "hangs", "refused"}
     fast = next(r for r in p.rows if r[0] == "fast")
     assert any(re.match(r"1\.50x ▲ \[\d\.\d\d–\d\.\d\d\]p=", c) for c in fast) and "NVIDIA H200 x8" in fast  # p under it
@@ -161,22 +158,22 @@ def test_page_shows_table_plots_failures_provenance_and_dark_mode(store, tmp_pat
     # the log excerpts: beside the page, linked relatively, the last lines only, secrets masked
     logs = [u for u in p.urls if u.startswith("logs/")]
     assert sorted(logs) == ["logs/run-a/crashy-01.log.txt", "logs/run-a/hangs-01.log.txt"]
-    excerpt = (page.parent / logs[0]).read_text()
+    excerpt = (index.parent / logs[0]).read_text()
     assert KEY in excerpt and "line 499 of" in excerpt and "line 200 of" not in excerpt
 
 
 def test_log_excerpt_masks_secret_values_of_the_environment(store, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    page, p, _ = write(store, tmp_path / "page", "run-a")
-    excerpt = (page.parent / "logs/run-a/crashy-01.log.txt").read_text()
+    index, p, _ = write(store, tmp_path / "page", "run-a")
+    excerpt = (index.parent / "logs/run-a/crashy-01.log.txt").read_text()
     assert SECRET not in excerpt and "HF_TOKEN=<redacted>" in excerpt
 
 
 def test_log_excerpt_leaves_short_values_of_secret_named_variables_alone(store, tmp_path, monkeypatch):
     # A stray `SOME_KEY=server` in the shell that writes the page is no secret: the excerpt keeps its words.
     monkeypatch.setenv("SOME_KEY", "server")
-    page, _, _ = write(store, tmp_path / "page", "run-a")
-    assert "line 499 of the server log" in (page.parent / "logs/run-a/crashy-01.log.txt").read_text()
+    index, _, _ = write(store, tmp_path / "page", "run-a")
+    assert "line 499 of the server log" in (index.parent / "logs/run-a/crashy-01.log.txt").read_text()
 
 
 def test_without_matplotlib_the_page_has_its_charts(tmp_path, monkeypatch):
@@ -214,13 +211,13 @@ def test_without_matplotlib_the_page_has_its_charts(tmp_path, monkeypatch):
 
 def test_without_a_family_of_cases_the_page_says_why_there_is_no_latency_chart(store, tmp_path):
     _, p, text = write(store, tmp_path / "page", "run-a")  # no bench JSONL beside these records
-    assert p.charts == ["plot", "plot"] and htmlreport.NO_PARETO in text
+    assert p.charts == ["plot", "plot"] and page.NO_PARETO in text
 
 
 def test_two_runs_show_what_changed(store, tmp_path):
     write_run(store, "run-b", fast=2.0, version="0.5.24")
     records, rows = load(store, "run-a", "run-b")
-    diff = htmlreport.changes(records, rows, "output_throughput", "run-a", "run-b")
+    diff = page.changes(records, rows, "output_throughput", "run-a", "run-b")
     assert {"what": "SGLang", "a": "0.5.23", "b": "0.5.24"} in diff["setup"]
     fast = next(m for m in diff["results"] if m["experiment"] == "fast @ NVIDIA H200 x8" and m["case"] == "bs1")
     assert re.fullmatch(r"1\.33x ▲ \[\d\.\d\d–\d\.\d\d\]", fast["change"]) and fast["cls"] == "v-better"
@@ -234,10 +231,10 @@ def test_a_50_attempt_page_stays_under_2_mb(tmp_path):
     store = ResultsStore(tmp_path / "results")
     write_run(store, "big", extra_ok=43)
     assert len(store.final_records("big")) == 50
-    page, p, _ = write(store, tmp_path / "page", "big")
+    index, p, _ = write(store, tmp_path / "page", "big")
     assert p.svgs == 2 and len(p.rows) == 48
-    total = sum(f.stat().st_size for f in page.parent.rglob("*") if f.is_file())
-    assert page.stat().st_size < 2_000_000 and total < 2_000_000, (page.stat().st_size, total)
+    total = sum(f.stat().st_size for f in index.parent.rglob("*") if f.is_file())
+    assert index.stat().st_size < 2_000_000 and total < 2_000_000, (index.stat().st_size, total)
 
 
 def test_report_command_writes_the_page(store, tmp_path):
@@ -351,8 +348,8 @@ def test_the_folder_may_be_a_link_to_a_folder(store, tmp_path):
     real, link = tmp_path / "real", tmp_path / "link"
     real.mkdir()
     link.symlink_to(real)
-    page, p, _ = write(store, link, "run-a")
-    assert page == link / "index.html" and (real / "index.html").is_file()
+    index, p, _ = write(store, link, "run-a")
+    assert index == link / "index.html" and (real / "index.html").is_file()
     assert (real / "logs" / "run-a" / "crashy-01.log.txt").is_file() and (real / outdir.MANIFEST).is_file()
     write(store, link, "run-a")  # written again through the link: its own files, replaced
     assert link.is_symlink() and len(p.rows) == 5
@@ -423,16 +420,16 @@ def test_every_legend_words_the_significance_marks_alike(store, tmp_path):
     from harness.results import nightstext
 
     _, rows = load(store, "run-a")
-    legend = report.SIGNIFICANCE_LEGEND
-    assert f"▼ worse (two-sided Mann-Whitney test on the repeats, p < {report.ALPHA})" in legend
-    assert f"≈ not significant (p ≥ {report.ALPHA})" in legend
+    legend = compare.SIGNIFICANCE_LEGEND
+    assert f"▼ worse (two-sided Mann-Whitney test on the repeats, p < {compare.ALPHA})" in legend
+    assert f"≈ not significant (p ≥ {compare.ALPHA})" in legend
     buf = io.StringIO()
     views.print_comparison(Console(file=buf, width=100), rows, "output_throughput")
-    _, page, _ = write(store, tmp_path / "page", "run-a")
+    _, shown, _ = write(store, tmp_path / "page", "run-a")
     docs = (Path(__file__).resolve().parents[2] / "docs" / "reading-the-table.md").read_text()
     shown = {"terminal": buf.getvalue(), "markdown": tableformats.to_markdown(rows, "output_throughput"),
-             "page": "".join(page.text), "docs": docs, "nights": nightstext.legend()}
+             "page": "".join(shown.text), "docs": docs, "nights": nightstext.legend()}
     for where, text in shown.items():
         flat = " ".join(text.split())
         assert legend in flat, where
-        assert f"p<{report.ALPHA}" not in flat and f"Mann-Whitney, p ≥ {report.ALPHA}" not in flat, where
+        assert f"p<{compare.ALPHA}" not in flat and f"Mann-Whitney, p ≥ {compare.ALPHA}" not in flat, where

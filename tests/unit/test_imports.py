@@ -119,6 +119,13 @@ def test_the_agent_and_common_import_only_themselves_and_the_standard_library():
                 assert mod.split(".")[0] in sys.stdlib_module_names, f"{path.name} imports {mod}"
 
 
+def test_masking_sits_below_what_it_masks():
+    """Every part that keeps text (the store, the runner, the page, the export) masks it: masking itself imports
+    only the protocol (and the secret-name rule lives in it, not in the store)."""
+    deps = import_graph()["masking"]
+    assert all(d.startswith("common.") for d in deps), f"masking imports {sorted(deps)}"
+
+
 def test_the_controller_does_not_reach_into_the_agent():
     graph = import_graph()
     for name, deps in graph.items():

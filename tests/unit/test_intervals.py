@@ -11,8 +11,8 @@ import pytest
 
 from harness.results import significance
 from harness.results.compare import build_rows, ratio_text
-from harness.results.tableformats import to_csv, to_json
 from harness.results.schemas import Record
+from harness.results.tableformats import to_csv, to_json
 
 
 def lognormal(rng: random.Random, median: float, n: int, sigma: float = 0.3) -> list[float]:
@@ -94,15 +94,15 @@ def test_the_table_shows_the_interval_and_json_csv_carry_it():
 
 
 def test_night_against_night_carries_the_same_interval():
-    from harness.results import nights, nightstext
+    from harness.results import compare, nightstext
     from harness.results.compare import Cell
 
     a_s, b_s = [100.0, 101, 99, 100, 102], [80.0, 81, 79, 80, 82]
     a, b = Cell(100.0, 0.01, 5, a_s), Cell(80.0, 0.01, 5, b_s)
-    cell = nights.judge(a, b, "output_throughput")
+    cell = compare.judge(a, b, "output_throughput")
     assert (cell.low, cell.high) == significance.ratio_interval(a_s, b_s, 0.05) and cell.verdict == "worse"
     assert nightstext.cell_text(cell).endswith(f"[{cell.low:.2f}–{cell.high:.2f}]")
-    assert nights.judge(Cell(100.0, 0, 3, a_s[:3]), Cell(80.0, 0, 3, b_s[:3]), "output_throughput").low is None
+    assert compare.judge(Cell(100.0, 0, 3, a_s[:3]), Cell(80.0, 0, 3, b_s[:3]), "output_throughput").low is None
     assert "ratio_low" in nightstext.CSV_HEAD
 
 

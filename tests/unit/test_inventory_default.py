@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from harness.cli.app import app
 from harness.cli.sim import sim_host_entry
-from harness.experiments.config import load_inventory
+from harness.experiments.files import read_inventory_file
 from harness.experiments.project import bundled_dir, default_patches_dir, missing_inventory_hint
 from tests.conftest import write_experiment
 
@@ -28,7 +28,7 @@ def test_no_inventory_is_shipped_only_an_example_that_validates():
         pytest.skip("not a git checkout")
     assert not tracked("hosts.yaml")  # a default sweep would go to hosts nobody has
     assert tracked("hosts.example.yaml")
-    example = load_inventory(ROOT / "hosts.example.yaml")
+    example = read_inventory_file(ROOT / "hosts.example.yaml").inventory
     assert "gpu-box" in example.hosts
     assert "hosts.example.yaml" in (ROOT / "README.md").read_text()  # documented
 
@@ -59,7 +59,7 @@ def test_the_hint_without_a_checkout_points_at_the_readme(tmp_path):
 def test_the_sim_init_entry_is_a_valid_inventory(tmp_path):
     f = tmp_path / "hosts.yaml"
     f.write_text(sim_host_entry("sim", "/tmp/harness-sim", "/tmp/harness-sim/.venv/bin/python", 8, "sm90") + "\n")
-    host = load_inventory(f).hosts["sim"]
+    host = read_inventory_file(f).inventory.hosts["sim"]
     assert (host.address, host.repo, host.gpus, host.arch) == ("local", "/tmp/harness-sim", 8, "sm90")
 
 

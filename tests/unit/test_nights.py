@@ -12,9 +12,10 @@ import pytest
 
 from harness.cli.nightsview import print_nights
 from harness.results import compare, nights, nightstext
-from harness.results.compare import Cell, lower_is_better
+from harness.results.compare import Cell
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
+from harness.results.units import lower_is_better, metric_label
 from tests.support import nights as sim
 
 # Six repeats of a quiet box (about 1 % CV), as two rounds of three give.
@@ -33,29 +34,29 @@ def slower(metric: str, samples: list[float], factor: float = 1.2) -> list[float
 
 @pytest.mark.parametrize("metric", ["output_throughput", "median_itl_ms", "p99_ttft_ms", "request_throughput"])
 def test_a_20_percent_slower_set_is_worse_whichever_way_the_metric_points(metric):
-    b = nights.judge(cell(BASE), cell(slower(metric, BASE)), metric)
+    b = compare.judge(cell(BASE), cell(slower(metric, BASE)), metric)
     assert b.verdict == "worse" and b.p_value is not None and b.p_value < compare.ALPHA
-    faster = nights.judge(cell(BASE), cell(slower(metric, BASE, 1 / 1.2)), metric)
+    faster = compare.judge(cell(BASE), cell(slower(metric, BASE, 1 / 1.2)), metric)
     assert faster.verdict == "better"
 
 
 def test_equal_sets_are_the_same_and_so_is_a_reordered_remeasure():
-    assert nights.judge(cell(BASE), cell(list(BASE)), "output_throughput").verdict == "same"
+    assert compare.judge(cell(BASE), cell(list(BASE)), "output_throughput").verdict == "same"
     again = [x * (1 + (-1) ** i * 0.001) for i, x in enumerate(reversed(BASE))]
-    b = nights.judge(cell(BASE), cell(again), "median_itl_ms")
+    b = compare.judge(cell(BASE), cell(again), "median_itl_ms")
     assert b.verdict == "same" and b.p_value is not None and b.p_value >= compare.ALPHA
 
 
 def test_fewer_than_4_repeats_a_side_is_too_few_even_when_clearly_apart():
     for n_a, n_b in ((3, 6), (6, 3), (3, 3)):
-        b = nights.judge(cell(BASE[:n_a]), cell(slower("median_itl_ms", BASE[:n_b])), "median_itl_ms")
+        b = compare.judge(cell(BASE[:n_a]), cell(slower("median_itl_ms", BASE[:n_b])), "median_itl_ms")
         assert b.verdict == "few" and b.ratio is not None and b.p_value is None
-    assert nights.judge(cell(BASE[:4]), cell(slower("median_itl_ms", BASE[:4])), "median_itl_ms").verdict == "worse"
+    assert compare.judge(cell(BASE[:4]), cell(slower("median_itl_ms", BASE[:4])), "median_itl_ms").verdict == "worse"
 
 
 @pytest.mark.parametrize("metric", nights.SPEED_METRICS)
 def test_every_judged_metric_has_its_direction(metric):
-    up = nights.judge(cell(BASE), cell([x * 1.2 for x in BASE]), metric)
+    up = compare.judge(cell(BASE), cell([x * 1.2 for x in BASE]), metric)
     assert up.verdict == ("worse" if metric.endswith("_ms") else "better")
 
 
@@ -65,7 +66,7 @@ def test_only_speed_is_judged_not_the_workload():
 
 
 def test_not_comparable_has_a_ratio_and_no_verdict():
-    b = nights.judge(cell(BASE), cell(slower("median_itl_ms", BASE)), "median_itl_ms", comparable=False)
+    b = compare.judge(cell(BASE), cell(slower("median_itl_ms", BASE)), "median_itl_ms", comparable=False)
     assert b.verdict == "n/a" and round(b.ratio or 0, 2) == 1.2
 
 
@@ -246,7 +247,7 @@ def test_printed_matrix_fits_the_console_and_shows_every_metric(store, width):
     assert lines[1].startswith("  ▼ sim-triton c1: worse in 14 of 14 metrics")
     assert all(len(x.rstrip()) <= width for x in lines), max(lines, key=len)
     for m in nights.SPEED_METRICS:
-        for word in nights.metric_label(m).split():
+        for word in metric_label(m).split():
             assert word in text, (m, word)
     body = [[c.strip() for c in x.split("│")] for x in lines if "│" in x]
     assert worse_by_experiment(body) == {"sim-triton": True, "sim-fa3": False, "sim-flashinfer-mla": False,

@@ -13,7 +13,8 @@ from harness.agent.gpu import state_from_row
 from harness.agent.pacing import cool_down, needs_cooldown, settled
 from harness.common.protocol import BenchCase, BenchFacts, CaseFacts, Cooldown, Final, GpuState
 from harness.errors import ConfigError
-from harness.run.recording import bench_outputs, case_runs
+from harness.results.attemptdir import bench_outputs
+from harness.run.recording import case_runs
 from tests.unit.test_plan import _key, _top_level_sweep
 
 

@@ -14,9 +14,9 @@ import pytest
 from harness.agent.target import choose_variants, fit_problems, version_tuple
 from harness.common.protocol import FileEntry, PatchEntry, PreflightFacts, Requirements
 from harness.errors import ConfigError
-from harness.experiments.config import HostConfig, load_experiment
+from harness.experiments.config import HostConfig
 from harness.experiments.patchsets import load_patch_set
-from harness.experiments.resolve import resolve
+from harness.experiments.resolve import resolve_file
 from harness.experiments.spec import build_spec
 
 
@@ -93,7 +93,7 @@ def test_bad_variant_declarations_are_refused_naming_the_file(patches, yaml_text
 def test_the_spec_carries_every_variant_tagged_and_plain_sets_untagged(patches, tmp_path):
     f = tmp_path / "e.yaml"
     f.write_text("name: e\nmodel: {path: /m}\npatches: [gc, plain]\n")
-    spec = build_spec(resolve(load_experiment(f), f, patches), HostConfig(address="local", repo="/r", python="py"),
+    spec = build_spec(resolve_file(f, patches), HostConfig(address="local", repo="/r", python="py"),
                       run_id="r", attempt_id="a")
     assert [(p.set, p.name, p.applies_to) for p in spec.patches] == [
         ("gc", "0001-x.patch", ["sglang==0.5.23"]), ("gc", "0001-x.patch", ["sglang==0.5.16"]),

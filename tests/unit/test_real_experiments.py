@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.experiments.config import load_experiment
+from harness.experiments.files import read_experiment_file
 from harness.results.compare import MIN_SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2] / "experiments" / "real-h200"
@@ -25,7 +25,7 @@ def test_the_live_experiments_are_found() -> None:
 
 @pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_measured_case_has_enough_repeats_for_the_test_to_decide(path: Path) -> None:
-    exp = load_experiment(path)
+    exp = read_experiment_file(path).experiment
     too_few = {case.name: case.repeats or exp.repeats for case in exp.bench
                if case.repeats != 1 and (case.repeats or exp.repeats) < MIN_SAMPLES}
     assert not too_few, f"{path.name}: cases measured fewer than {MIN_SAMPLES} times: {too_few}"

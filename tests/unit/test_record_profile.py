@@ -8,13 +8,14 @@ import gzip
 import json
 import sys
 
+from harness.results.attemptdir import AttemptDir
 from harness.run.recording import _profile_summary
 
 
 def _trace_dir(tmp_path, data: bytes):
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "1.0-TP-0.trace.json.gz").write_bytes(data)
-    return tmp_path
+    return AttemptDir(tmp_path)
 
 
 def test_a_missing_summariser_dependency_is_the_records_profile_error(tmp_path, monkeypatch):

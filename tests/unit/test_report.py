@@ -14,14 +14,14 @@ import pytest
 from harness.results.compare import (
     build_rows,
     columns,
-    lower_is_better,
     short_key_line,
     table_rows,
 )
-from harness.results.tableformats import to_csv, to_json, to_markdown
 from harness.results.metrics import KEY_METRICS
 from harness.results.schemas import ProfileOp, ProfileSummary, Record
 from harness.results.significance import mann_whitney_p
+from harness.results.tableformats import to_csv, to_json, to_markdown
+from harness.results.units import lower_is_better
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 

@@ -8,9 +8,7 @@ import json
 
 import pytest
 
-from harness.results import compare as report
-from harness.results import page as htmlreport
-from harness.results import tableformats
+from harness.results import compare, page, tableformats
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
 from harness.safetext import display_line, display_lines, display_text
@@ -119,12 +117,12 @@ def test_the_page_and_its_log_excerpt_show_host_text_escaped(tmp_path):
     (directory / "record.json").write_text(rec.to_json())
     (directory / "server.log").write_bytes(f"start\nRuntimeError: OOM {OSC52_BEL}{OSC0}\n".encode())
     records = [rec]
-    rows = report.build_rows(records, metric="output_throughput")
-    page = htmlreport.write_html(tmp_path / "page", records, rows, "output_throughput", stores={"r1": store},
+    rows = compare.build_rows(records, metric="output_throughput")
+    index = page.write_html(tmp_path / "page", records, rows, "output_throughput", stores={"r1": store},
                                  runs={"r1": None})
-    text = page.read_text()
+    text = index.read_text()
     assert inert(text, multiline=True) and "box-1\\x1b]52;c;" in text
-    excerpt = next((page.parent / "logs").rglob("*.log.txt")).read_text()
+    excerpt = next((index.parent / "logs").rglob("*.log.txt")).read_text()
     assert inert(excerpt, multiline=True) and "RuntimeError: OOM \\x1b]52;c;" in excerpt
     assert OSC52_BEL.encode() in (directory / "server.log").read_bytes()  # the evidence itself stays raw
 
@@ -146,7 +144,7 @@ def test_the_comparison_shows_host_words_escaped_in_its_cells_and_notes():
                rec("evil", f"B200{OSC52_BEL}", status="ok", metrics=ok),
                rec("dead", "H200", status="crashed", verdict={"category": "oom", "key_line": "OOM"},
                    cannot_run=[f"needs {OSC0}"])]
-    rows = report.build_rows(records, metric="output_throughput", baseline="base")
+    rows = compare.build_rows(records, metric="output_throughput", baseline="base")
     for width in (200, 60):
         buf = io.StringIO()
         print_comparison(Console(file=buf, force_terminal=False, width=width), rows, "output_throughput")

@@ -10,7 +10,8 @@ import pytest
 
 from harness.common.protocol import BenchCase, ServerSpec, Spec, Timeouts
 from harness.errors import ConfigError
-from harness.experiments.config import ClusterConfig, ClusterHost, load_inventory
+from harness.experiments.config import ClusterConfig, ClusterHost
+from harness.experiments.files import read_inventory_file
 from harness.hosts.slurm import (
     MEANING,
     TERMINAL,
@@ -39,7 +40,7 @@ def test_a_cluster_in_the_inventory_is_a_target_by_name_beside_the_hosts(tmp_pat
     f = tmp_path / "hosts.yaml"
     f.write_text("hosts:\n  box: {address: local, repo: /r}\ncluster:\n  h200s:\n    kind: slurm\n"
                  "    workdir: /shared/w\n    repo: /shared/sglang\n    gpus_per_node: 4\n    max_jobs: 3\n")
-    inv = load_inventory(f)
+    inv = read_inventory_file(f).inventory
     assert set(inv.hosts) == {"box", "h200s"}
     c = inv.hosts["h200s"]
     assert isinstance(c, ClusterHost) and c.gpus == 4 and c.repo == "/shared/sglang" and c.cluster.max_jobs == 3
@@ -57,7 +58,7 @@ def test_a_cluster_in_the_inventory_is_a_target_by_name_beside_the_hosts(tmp_pat
 def test_a_bad_cluster_entry_is_refused_naming_the_line_and_the_key(tmp_path, body, words):
     f = tmp_path / "hosts.yaml"
     f.write_text(body)
-    msg = str(pytest.raises(ConfigError, load_inventory, f).value)
+    msg = str(pytest.raises(ConfigError, read_inventory_file, f).value)
     assert str(f) in msg and all(w in msg for w in words), msg
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError
-from harness.experiments.config import HostConfig, load_experiment
-from harness.experiments.resolve import resolve
+from harness.experiments.config import HostConfig
+from harness.experiments.files import read_experiment_file
+from harness.experiments.resolve import resolve, resolve_file
 from harness.experiments.spec import build_spec
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
@@ -41,7 +42,7 @@ def test_backend_and_patches_resolve_into_spec(project):
     f = exp_file(project, "name: e\nbackend: flashinfer-mla\npatches: [p1]\nmodel: {path: '/m; rm -rf /'}\n"
                           "server: {tp: 8, kv_cache_dtype: fp8_e4m3, extra_args: ['--x', '$(touch y)']}\n"
                           "bench: [{name: c1, num_prompts: 2, max_concurrency: 1}]\n")
-    r = resolve(load_experiment(f), f, project / "patches")
+    r = resolve_file(f, project / "patches")
     spec = build_spec(r, HOST, run_id="r1", attempt_id="e-01")
     argv = spec.server.argv
     assert argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
@@ -58,19 +59,19 @@ def test_backend_and_patches_resolve_into_spec(project):
 
 def test_unknown_backend_suggests(project):
     f = exp_file(project, "model: {path: /m}\nbackend: trtllm-mla\n")
-    err = pytest.raises(ConfigError, resolve, load_experiment(f), f, project / "patches").value
+    err = pytest.raises(ConfigError, resolve_file, f, project / "patches").value
     assert ":2:" in str(err) and "did you mean 'trtllm_mla'" in str(err)
 
 
 def test_missing_patch_set_names_line_and_lists_available(project):
     f = exp_file(project, "model: {path: /m}\npatches:\n  - p1\n  - p2\n")
-    err = pytest.raises(ConfigError, resolve, load_experiment(f), f, project / "patches").value
+    err = pytest.raises(ConfigError, resolve_file, f, project / "patches").value
     assert ":4:" in str(err) and "'p2' not found" in str(err) and "p1" in str(err)
 
 
 def test_backend_and_explicit_attention_backend_conflict(project):
     f = exp_file(project, "model: {path: /m}\nbackend: flashinfer-mla\nserver: {attention_backend: triton}\n")
-    assert "not both" in str(pytest.raises(ConfigError, resolve, load_experiment(f), f, project / "patches").value)
+    assert "not both" in str(pytest.raises(ConfigError, resolve_file, f, project / "patches").value)
 
 
 def test_patch_set_hash_changes_with_content(project):
@@ -134,7 +135,7 @@ def test_files_entry_that_is_a_link_or_not_a_file_is_refused_naming_it(project, 
 
 
 def test_record_redacts_secret_env():
-    from harness.results.store import redact_env
+    from harness.masking import redact_env
 
     assert redact_env({"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "NCCL_DEBUG": "INFO"}) == {
         "HF_TOKEN": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "NCCL_DEBUG": "INFO"}
@@ -185,7 +186,7 @@ def test_yaml_strings_with_shell_metacharacters_reach_the_server_and_bench_argv_
         "name": "e", "backend": "flashinfer-mla", "model": {"path": "/m/" + HOSTILE[2], "served_name": HOSTILE[0]},
         "server": {"extra_args": HOSTILE, "env": {"X": HOSTILE[3]}},
         "bench": [{"name": "c1", "num_prompts": 2, "extra_args": HOSTILE}]}))
-    spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
+    spec = build_spec(resolve_file(f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
     spec = json.loads(json.dumps(spec.to_dict()))  # as the agent receives it, over its stdin
     argv = spec["server"]["argv"]
     assert argv[argv.index("--model-path") + 1] == "/m/$(touch pwned)"
@@ -198,14 +199,14 @@ def test_yaml_strings_with_shell_metacharacters_reach_the_server_and_bench_argv_
 def test_a_case_runs_its_own_repeats_and_the_others_the_experiments(project):
     f = exp_file(project, "name: e\nbackend: flashinfer-mla\nmodel: {path: /m}\nrepeats: 4\n"
                           "bench: [{name: greedy, repeats: 1}, {name: bs1}]\n")
-    spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
+    spec = build_spec(resolve_file(f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
     assert [(c.name, c.repeats) for c in spec.bench] == [("greedy", 1), ("bs1", 4)]
 
 
 def test_a_case_with_zero_repeats_is_refused_with_its_line(project):
     f = exp_file(project, "name: e\nmodel: {path: /m}\nbench:\n  - {name: greedy, repeats: 0}\n")
     with pytest.raises(ConfigError) as err:
-        load_experiment(f)
+        read_experiment_file(f)
     assert err.value.line == 4 and "repeats" in str(err.value)
 
 
@@ -215,7 +216,7 @@ def test_a_cases_warmup_is_one_wave_of_its_prompts_with_its_other_arguments_unch
                           "  - {name: all-at-once, num_prompts: 5}\n"
                           "  - {name: few, num_prompts: 3, max_concurrency: 8}\n"
                           "  - {name: cold, num_prompts: 8, warmup: false}\n")
-    spec = build_spec(resolve(load_experiment(f), f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
+    spec = build_spec(resolve_file(f, project / "patches"), HOST, run_id="r1", attempt_id="e-01")
 
     def prompts(argv):
         return int(argv[argv.index("--num-prompts") + 1])
