@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.experiments.config import HostConfig, load_experiment  # noqa: E402
-from harness.experiments.resolve import resolve  # noqa: E402
+from harness.experiments.config import HostConfig  # noqa: E402
+from harness.experiments.resolve import resolve_file  # noqa: E402
 from harness.results.store import ResultsStore, new_run_id  # noqa: E402
 from harness.run.runner import run_attempt  # noqa: E402
 from harness.sim import init_target  # noqa: E402
@@ -63,7 +63,7 @@ def main() -> None:
                 for i in range(args.n):
                     f = experiment(tmp, f"speed-{kind}-{i}", patches, bench)
                     # a fresh port per attempt: the experiment is rewritten each time
-                    r = resolve(load_experiment(f), f, ROOT / "patches")
+                    r = resolve_file(f, ROOT / "patches")
                     t0 = time.monotonic()
                     rec = run_attempt(r, "loopback-ssh", host, store, new_run_id()).record
                     wall = time.monotonic() - t0
