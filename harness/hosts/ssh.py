@@ -121,7 +121,9 @@ class SSHTransport(Transport):
                                         f"accept the fingerprint, or set `accept_new_host_key: true` for this host "
                                         f"in hosts.yaml") from None
             raise HostUnreachable(self.name, f"SSH error talking to {label}: {exc}") from None
-        except EOFError:  # paramiko's word (from its transport thread) for a server that hung up mid-handshake
+        # EOFError: paramiko's word (from its transport thread) for a server that hung up mid-handshake; a reset:
+        # the same hang-up arriving while our key exchange was still unread on its side (the kernel sends RST)
+        except (EOFError, ConnectionResetError):
             raise HostUnreachable(self.name, f"{label} closed the connection during the SSH handshake",
                                   hint="is sshd running there, and not stopping or restarting?") from None
         except TimeoutError as exc:

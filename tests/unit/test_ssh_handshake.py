@@ -1,5 +1,7 @@
 """An SSH server that hangs up mid-handshake (sshd stopping as the connection arrives) is an unreachable host —
-a HostError the scheduler retries elsewhere — never paramiko's bare EOFError, which killed a sweep's worker."""
+a HostError the scheduler retries elsewhere — never paramiko's bare EOFError, which killed a sweep's worker. A hang-up
+with the client's key exchange still unread reaches the client as a reset (ECONNRESET) or as EOF, depending on
+timing: the same message either way."""
 
 from __future__ import annotations
 
