@@ -31,7 +31,7 @@ def rows(rec: Record) -> list[str]:
         warm = shares.get(-1)
         kind = "ttft" if case.startswith("ttft") else "other"
         for metric in METRICS[kind]:
-            vals = [float(v) for v in m.get("samples", {}).get(metric, []) if isinstance(v, (int, float))]
+            vals = m.values(metric)
             if not vals:
                 continue
             cv = statistics.pstdev(vals) / statistics.mean(vals) if len(vals) > 1 and statistics.mean(vals) else 0.0

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from real_h200 import ITL_BAR, attempts, fmt, greedy_repeats, ratio, run_to_read  # noqa: E402
 
+from harness.results.metrics import CaseSummary  # noqa: E402
 from harness.results.schemas import Record  # noqa: E402
 from harness.results.store import ResultsStore  # noqa: E402
 
@@ -86,7 +87,7 @@ def decode_kernels(rec: Record, folder: Path) -> dict[str, Any] | None:
 def side(rec: Record | None, folder: Path | None, reference: list[str] | None) -> dict[str, Any]:
     if rec is None or folder is None:
         return {"status": None}
-    m = rec.metrics.get("decode-bs1", {})
+    m = rec.metrics.get("decode-bs1") or CaseSummary()
     texts = greedy_repeats(folder)
     kernels = decode_kernels(rec, folder)
     per_step = (kernels["gpu_us"] / kernels["decode_steps"]) if kernels and kernels["decode_steps"] else None
@@ -94,8 +95,8 @@ def side(rec: Record | None, folder: Path | None, reference: list[str] | None) -
     return {
         "status": str(rec.status.value), "host": rec.host, "abort_reason": rec.abort_reason, "error": rec.error,
         "pool_tokens": pool_tokens(folder), "ready_s": rec.timings.get("ready_s"),
-        "itl_ms": [round(x, 3) for x in (m.get("samples") or {}).get("median_itl_ms", [])],
-        "median_itl_ms": m.get("median_itl_ms"), "ttft_ms": m.get("median_ttft_ms"),
+        "itl_ms": [round(x, 3) for x in m.values("median_itl_ms")],
+        "median_itl_ms": m.median("median_itl_ms"), "ttft_ms": m.median("median_ttft_ms"),
         "greedy_equal": [sum(a == b for a, b in zip(t, reference)) for t in texts] if reference else None,
         "greedy_prompts": len(reference) if reference else None,
         "decode_kernels": kernels, "kernel_us_per_decode_step": round(per_step, 2) if per_step else None,

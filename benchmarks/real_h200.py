@@ -21,6 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.results.metrics import CaseSummary  # noqa: E402
 from harness.results.schemas import Record  # noqa: E402
 from harness.results.store import ResultsStore, load_record  # noqa: E402
 
@@ -120,11 +121,11 @@ def pool_rows(store: ResultsStore, run_id: str) -> list[dict[str, Any]]:
         sides = {}
         for pool in ("0.3", "0.1"):
             rec, _ = found.get(f"real-pool-{backend}-{pool}", (None, None))
-            m = rec.metrics.get("decode-bs1", {}) if rec else {}
+            m = (rec.metrics.get("decode-bs1") if rec else None) or CaseSummary()
             sides[pool] = {"status": str(rec.status.value) if rec else None, "host": rec.host if rec else None,
-                           "itl_ms": [round(x, 3) for x in (m.get("samples") or {}).get("median_itl_ms", [])],
-                           "median_itl_ms": m.get("median_itl_ms"),
-                           "ttft_ms": m.get("median_ttft_ms"),
+                           "itl_ms": [round(x, 3) for x in m.values("median_itl_ms")],
+                           "median_itl_ms": m.median("median_itl_ms"),
+                           "ttft_ms": m.median("median_ttft_ms"),
                            "base_commit": rec.provenance.base_commit if rec else None}
         out.append({"backend": backend, "large": sides["0.3"], "small": sides["0.1"],
                     "itl_ratio": ratio(sides["0.3"]["median_itl_ms"], sides["0.1"]["median_itl_ms"]),

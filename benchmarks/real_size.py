@@ -115,8 +115,8 @@ def build_rows(store: ResultsStore) -> list[Row]:
         for title, case, key in COLUMNS:
             row.cells[title] = Cell([])
             for rec, _ in reversed(found):
-                samples = (rec.metrics.get(case) or {}).get("samples") or {}
-                values = [float(v) for v in samples.get(key, []) if v is not None]
+                summary = rec.metrics.get(case)
+                values = summary.values(key) if summary is not None else []
                 if values:
                     row.cells[title] = Cell(values)
                     row.sources[title] = f"{rec.run_id}/{rec.experiment}/{rec.attempt} ({rec.status.value})"

@@ -13,8 +13,9 @@ Pure, and idempotent: its output holds no control character, so a second pass ch
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator
 
@@ -61,3 +62,26 @@ def display_lines(text: str) -> str:
 # or page that shows them acts on them. Logs stay raw in their own files.
 DisplayLine = Annotated[str, AfterValidator(display_line)]
 DisplayText = Annotated[str, AfterValidator(display_lines)]
+
+
+P = TypeVar("P")
+
+
+def shown_safe(part: P) -> P:
+    """A dataclass of a host's facts (the agent's report) with each of its strings made safe to show as one line,
+    its nested dataclasses too; the same object when nothing needed it. Lists of strings (paths) stay as they
+    are: they are data, never shown raw."""
+    if not dataclasses.is_dataclass(part) or isinstance(part, type):
+        return part
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(part):
+        value = getattr(part, f.name)
+        if isinstance(value, str):
+            safe: Any = display_line(value)
+        elif isinstance(value, list) and value and all(dataclasses.is_dataclass(v) for v in value):
+            safe = [shown_safe(v) for v in value]
+        else:
+            safe = shown_safe(value)
+        if safe != value:
+            changes[f.name] = safe
+    return dataclasses.replace(part, **changes) if changes else part

@@ -319,10 +319,11 @@ def show_outcomes(out: Console, outcomes: list[AttemptOutcome]) -> None:
         elif r.error:
             out.print(f"    {escape(r.error.strip().splitlines()[0])}", highlight=False)
         for case, m in r.metrics.items():
-            if OUTPUT_THROUGHPUT in m:
-                out.print(f"    {escape(case)}: {m[OUTPUT_THROUGHPUT]:.1f} output tok/s, median TTFT "
-                          f"{m.get(MEDIAN_TTFT_MS, float('nan')):.1f} ms, median ITL "
-                          f"{m.get(MEDIAN_ITL_MS, float('nan')):.2f} ms", highlight=False)
+            throughput, ttft, itl = (m.median(k) for k in (OUTPUT_THROUGHPUT, MEDIAN_TTFT_MS, MEDIAN_ITL_MS))
+            if throughput is not None:
+                out.print(f"    {escape(case)}: {throughput:.1f} output tok/s, median TTFT "
+                          f"{ttft if ttft is not None else float('nan'):.1f} ms, median ITL "
+                          f"{itl if itl is not None else float('nan'):.2f} ms", highlight=False)
         facts = []
         if r.detect_latency_s is not None:
             facts.append(f"crash detected {r.detect_latency_s:.2f}s after the server died")

@@ -273,6 +273,12 @@ class PrefillTokens(Message):
     cached: int = 0
     batches: int = 0
 
+    @property
+    def hit_share(self) -> Optional[float]:
+        """Cached tokens over all prompt tokens the run's prefills saw (None: it saw none)."""
+        total = self.new + self.cached
+        return self.cached / total if total else None
+
 
 @dataclass
 class CaseFacts(Message):

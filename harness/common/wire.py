@@ -92,6 +92,9 @@ class Message:
     """JSON round trip for the protocol's dataclasses."""
 
     NESTED: ClassVar[Nested] = {}
+    # The controller's record keeps these dataclasses as its parts (results/schemas.py): pydantic reads this, and
+    # refuses a key that is not a field there too.
+    __pydantic_config__: ClassVar[Dict[str, Any]] = {"extra": "forbid"}
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = plain(self)

@@ -30,8 +30,7 @@ from enum import Enum
 from typing import Union
 
 from ..common.protocol import Status
-from .compare import MIN_SAMPLES, Cell, cell_of, is_number, judge, short_key_line
-from .metrics import SAMPLES
+from .compare import MIN_SAMPLES, Cell, cell_of, judge, short_key_line
 from .schemas import Record
 
 
@@ -116,8 +115,8 @@ def failure(rec: Record) -> str:
 
 
 def samples_of(rec: Record, case: str, metric: str) -> tuple[float, ...]:
-    values = rec.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or []
-    return tuple(float(v) for v in values if is_number(v))
+    summary = rec.metrics.get(case)
+    return tuple(summary.values(metric)) if summary is not None else ()
 
 
 def observations(records: Iterable[Record], commits: Sequence[str], case: str, metric: str

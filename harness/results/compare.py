@@ -14,7 +14,7 @@ from ..common.protocol import Status
 from ..triage.profile import kernel_label
 from . import outliers
 from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
-from .metrics import KEY_METRICS, SAMPLES
+from .metrics import KEY_METRICS
 from .schemas import Record
 from .significance import mann_whitney_p, ratio_interval
 from .stack import Fingerprint, differences, fingerprint, mixed, stack_id
@@ -148,9 +148,9 @@ def _row(label: str, run_id: str, exp: str, gpu: str | None, recs: list[Record],
         first = tops[-1][0]
         row.top_op = f"{kernel_label(first.name)} {first.share * 100:.0f}%"
     for case in cases:
-        per_rec = [(r, r.metrics.get(case, {}).get(SAMPLES, {}).get(metric) or []) for r in ok]
+        per_rec = [(r, r.metrics[case].samples.get(metric) or [] if case in r.metrics else []) for r in ok]
         kept = [(float(v), outliers.Origin(r.run_id, r.experiment, r.attempt, r.round, i, len(vs)))
-                for r, vs in per_rec for i, v in enumerate(vs, 1) if is_number(v)]
+                for r, vs in per_rec for i, v in enumerate(vs, 1) if v is not None and is_number(v)]
         samples = [v for v, _ in kept]
         row.cells[case] = cell = cell_of(samples)
         shares = {(r.attempt, i): p.hit_share for r in ok if r.bench_cases and case in r.bench_cases
@@ -258,7 +258,7 @@ def measured(row: Row) -> bool:
 
 def metric_names(records: list[Record]) -> list[str]:
     """The metrics `compare` can show for these records: those measured, and every one a record keeps."""
-    seen = {m for r in records for case in r.metrics.values() for m in case.get(SAMPLES, {})}
+    seen = {m for r in records for case in r.metrics.values() for m in case.samples}
     return sorted(seen | set(KEY_METRICS))
 
 

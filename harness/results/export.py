@@ -256,7 +256,7 @@ def _write_artifacts(tmp: Path, folder: AttemptDir, rec: Record, record_json: st
     if folder.server_log.is_file():
         tails.append((folder.server_log, 200))
     for case, log in folder.bench_logs():
-        if rec.status != Status.OK or not rec.metrics.get(case, {}).get("repeats"):
+        if rec.status != Status.OK or case not in rec.metrics or not rec.metrics[case].repeats:
             tails.append((log, BENCH_LOG_LINES))
     for src, lines in tails:
         logs.mkdir(exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..common.protocol import Status
 from .compare import Row, group_records
-from .metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT, SAMPLES
+from .metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from .schemas import Record
 from .units import metric_title, number
 
@@ -129,8 +129,7 @@ def families(rows: list[Row], records: list[Record], loads: Mapping[LoadKey, Loa
 def _medians(ok: list[Record], case: str, wanted: tuple[str, ...]) -> dict[str, float]:
     out = {}
     for m in wanted:
-        samples = [float(v) for r in ok for v in (r.metrics.get(case, {}).get(SAMPLES, {}).get(m) or [])
-                   if math.isfinite(v)]  # a JSONL line may hold NaN: not a point
+        samples = [v for r in ok if case in r.metrics for v in r.metrics[case].values(m)]
         if samples:
             out[m] = statistics.median(samples)
     return out

@@ -3,24 +3,61 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict
 
 # Metrics other modules read by name (SGLang's own names).
 OUTPUT_THROUGHPUT = "output_throughput"  # tok/s: what comparisons rank by unless told otherwise
 MEDIAN_TTFT_MS = "median_ttft_ms"
 MEDIAN_ITL_MS = "median_itl_ms"
-SAMPLES = "samples"  # a case's summary: metric → every repeat's value
 
-# The keys a record keeps per case (SGLang's own names); everything else stays in the JSONL file.
-KEY_METRICS = (
-    "output_throughput", "request_throughput", "input_throughput", "total_throughput",
-    "median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms",
-    "median_itl_ms", "mean_itl_ms", "p99_itl_ms",
-    "median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
-    "median_e2e_latency_ms", "duration", "completed", "total_output_tokens", "concurrency",
-)
+Number = Union[int, float]  # as bench_serving wrote it: an int stays an int on disk
+
+
+class CaseSummary(BaseModel):
+    """One bench case over its repeats, as a record keeps it (`summarize`): how many ran, every repeat's value of
+    each key metric in `samples` (None: that repeat's line held no number), and each metric's median under its
+    own name (SGLang's). Everything else stays in the case's JSONL file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repeats: int = 0
+    samples: dict[str, list[Optional[Number]]] = {}
+    output_throughput: Optional[Number] = None
+    request_throughput: Optional[Number] = None
+    input_throughput: Optional[Number] = None
+    total_throughput: Optional[Number] = None
+    median_ttft_ms: Optional[Number] = None
+    mean_ttft_ms: Optional[Number] = None
+    p99_ttft_ms: Optional[Number] = None
+    median_itl_ms: Optional[Number] = None
+    mean_itl_ms: Optional[Number] = None
+    p99_itl_ms: Optional[Number] = None
+    median_tpot_ms: Optional[Number] = None
+    mean_tpot_ms: Optional[Number] = None
+    p99_tpot_ms: Optional[Number] = None
+    median_e2e_latency_ms: Optional[Number] = None
+    duration: Optional[Number] = None
+    completed: Optional[Number] = None
+    total_output_tokens: Optional[Number] = None
+    concurrency: Optional[Number] = None
+
+    def median(self, metric: str) -> Number | None:
+        """The metric's median over the repeats (None: not measured, or not a key metric)."""
+        value = getattr(self, metric, None) if metric in KEY_METRICS else None
+        return value if isinstance(value, (int, float)) else None
+
+    def values(self, metric: str) -> list[float]:
+        """Every repeat's value of the metric that is a number, in repeat order."""
+        return [float(v) for v in self.samples.get(metric) or [] if v is not None and math.isfinite(v)]
+
+
+# The keys a record keeps per case: the summary's medians.
+KEY_METRICS = tuple(name for name in CaseSummary.model_fields if name not in ("repeats", "samples"))
 
 
 def parse_jsonl(text: str) -> list[dict[str, Any]]:
@@ -39,13 +76,17 @@ def parse_jsonl(text: str) -> list[dict[str, Any]]:
     return rows
 
 
-def summarize(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Key metrics of one case over its repeats: the median, plus every repeat's value in `samples`."""
+def summarize(rows: Iterable[dict[str, Any]]) -> CaseSummary:
+    """Key metrics of one case over its repeats: the median of those that are numbers, plus every repeat's value
+    in `samples` (a NaN or an infinity, which JSON cannot hold, as None)."""
     rows = list(rows)
-    out: dict[str, Any] = {"repeats": len(rows), SAMPLES: {}}
+    samples: dict[str, list[Number | None]] = {}
+    medians: dict[str, Number] = {}
     for key in KEY_METRICS:
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
         if values:
-            out[key] = statistics.median(values)
-            out["samples"][key] = values
-    return out
+            finite = [v for v in values if math.isfinite(v)]
+            samples[key] = [v if math.isfinite(v) else None for v in values]
+            if finite:
+                medians[key] = statistics.median(finite)
+    return CaseSummary(repeats=len(rows), samples=samples, **medians)

@@ -112,7 +112,7 @@ def change_text(c: Change) -> str:
 
 
 def measured_metrics(records: Iterable[Record]) -> set[str]:
-    return {m for r in records for case in r.metrics.values() for m, v in case.get("samples", {}).items() if v}
+    return {m for r in records for case in r.metrics.values() for m, v in case.samples.items() if v}
 
 
 # ============================================================================ B against A

@@ -7,14 +7,26 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 
-from ..common.protocol import Status
-from ..safetext import DisplayLine, DisplayText  # a host's words in a display field, shown escaped
+from ..common.outcome import (
+    CaseFacts,
+    ChangedPaths,
+    CommitInfo,
+    LockHolder,
+    RecoveryReport,
+    RevertReport,
+    StackFacts,
+    Status,
+    StopReport,
+)
+from ..common.wire import plain
+from ..safetext import DisplayLine, DisplayText, shown_safe  # a host's words in a display field, shown escaped
 from ..triage.verdict import Verdict
 from .attemptdir import ANSWERS
+from .metrics import CaseSummary
 
 SCHEMA = 1  # record.json
 RUN_SCHEMA = 1  # run.json
@@ -35,24 +47,25 @@ class _Strict(BaseModel):
 # ============================================================================ record parts
 
 
-class Revert(_Strict):
-    verified: bool
-    tree_before: str | None = None
-    tree_after: str | None = None
-    diff: list[str] | None = None  # paths that differ when not verified
-    stray_ignored: list[str] | None = None  # new paths under .gitignore'd folders (not part of the check)
+# The agent's report's parts, kept as they are (common/outcome.py's dataclasses: one definition, no copy here):
+# pydantic checks them on read (an unknown key is an error, as everywhere in a record) and every string in them,
+# a host's word, is made safe to show. `Given` writes the facts that apply (a None is left out), `Whole` every one.
+def _given(part: object, omit: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {k: v for k, v in plain(part).items() if v is not None and k not in omit}
 
 
-class StopInfo(_Strict):
-    """How the server was stopped (or, in `recovered`, how a leftover one was)."""
+def _case_given(part: object) -> dict[str, Any]:
+    # the case's name is its key in `bench_cases`; its warm-up's file stays on the host's side (fetched beside it)
+    return _given(part, omit=("name", "warmup_file"))
 
-    state: str | None = None  # recovery: stopped | already-gone | never-launched | killed-marked
-    signal: str | None = None  # TERM | KILL | None (already gone)
-    stragglers: list[int] | None = None
-    left: list[int] | None = None
-    pids: list[int] | None = None
-    stop_s: float | None = None
-    gpu_dirty: dict[str, int] | None = None  # pid → MiB still held after the processes were gone
+
+P = TypeVar("P")
+Given = Annotated[P, AfterValidator(shown_safe), PlainSerializer(_given)]
+Whole = Annotated[P, AfterValidator(shown_safe), PlainSerializer(plain)]
+# How a bench case was run (CaseFacts): its warm-up pass, kept apart from `metrics`; the cool-downs before its
+# runs; the GPUs at its start and end (absent: no nvidia-smi); what each run asked of the prefix cache
+# (`prefix_cache`, the prompts' seeds) and what the server's log says it got (`prefill`).
+CaseRun = Annotated[CaseFacts, AfterValidator(shown_safe), PlainSerializer(_case_given)]
 
 
 class ServerInfo(_Strict):
@@ -60,22 +73,23 @@ class ServerInfo(_Strict):
     env: dict[str, str] = {}  # secrets redacted
     port: int | str | None = None
     exit_code: int | None = None
-    stop: StopInfo | None = None
-
-
-class ChangedPaths(_Strict):
-    restore: list[str] = []  # tracked files the attempt changed (restored from the base commit)
-    delete: list[str] = []  # files the attempt created (deleted)
+    stop: Given[StopReport] | None = None
 
 
 class Recovered(_Strict):
-    """An interrupted attempt's leftovers that this attempt cleaned up first."""
+    """An interrupted attempt's leftovers that this attempt cleaned up first (the agent's `RecoveryReport`, with
+    its journal kept as the agent found it: a journal of any agent version)."""
 
-    journal: dict[str, Any]  # the agent's journal as it found it
-    stop: StopInfo
-    revert: Revert
+    journal: dict[str, Any]
+    stop: Given[StopReport]
+    revert: Given[RevertReport]
     by: str | None = None  # "watchdog": the dead agent's own watchdog did it, before any harness command
     took_s: float | None = None  # watchdog: from the agent's death to the tree restored
+
+    @classmethod
+    def of(cls, report: RecoveryReport) -> Recovered:
+        return cls(journal=plain(report.journal), stop=report.stop, revert=report.revert,
+                   **{k: v for k, v in (("by", report.by), ("took_s", report.took_s)) if v is not None})
 
 
 class KernelTime(_Strict):
@@ -118,84 +132,6 @@ class AnswersStats(_Strict):
     error: DisplayText | None = None  # answers.json came but cannot be read
 
 
-class ClocksInfo(_Strict):
-    """One GPU's clocks (MHz) and power limit (W) as nvidia-smi showed them at preflight (protocol.GpuClocks)."""
-
-    index: DisplayLine | None = None
-    sm_mhz: int | None = None  # current: an idle GPU's, kept but never compared
-    mem_mhz: int | None = None
-    sm_max_mhz: int | None = None
-    mem_max_mhz: int | None = None
-    app_sm_mhz: int | None = None  # application clocks: set (`nvidia-smi -ac`) when they differ from the defaults
-    app_mem_mhz: int | None = None
-    default_app_sm_mhz: int | None = None
-    default_app_mem_mhz: int | None = None
-    power_limit_w: float | None = None  # enforced
-    default_power_limit_w: float | None = None
-    persistence_mode: bool | None = None
-
-
-class StackInfo(_Strict):
-    """The environment fingerprint (protocol.StackFacts): what the server ran on beside SGLang's source. A
-    fact the agent could not read is null; records from before it have no `stack` at all."""
-
-    torch: DisplayLine | None = None
-    cuda_runtime: DisplayLine | None = None  # torch.version.cuda
-    sgl_kernel: DisplayLine | None = None
-    triton: DisplayLine | None = None
-    flashinfer: DisplayLine | None = None
-    sglang: DisplayLine | None = None  # the installed distribution's version
-    packages: int | None = None  # distributions the server's Python sees
-    packages_sha256: DisplayLine | None = None  # of their sorted "name==version" lines
-    driver: DisplayLine | None = None
-    cuda_driver: DisplayLine | None = None
-    gpus: list[ClocksInfo] | None = None
-
-
-class GpuStateInfo(_Strict):
-    """One GPU as a bench case started or ended (protocol.GpuState); null: nvidia-smi did not show it."""
-
-    index: DisplayLine = ""
-    sm_mhz: int | None = None
-    mem_mhz: int | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    memory_used_mib: int | None = None
-
-
-class PrefillInfo(_Strict):
-    """What the server's prefills took from its prefix cache during one run (protocol.PrefillTokens)."""
-
-    repeat: int  # 0-based; -1: the warm-up
-    new: int
-    cached: int
-    batches: int
-
-    @property
-    def hit_share(self) -> float | None:
-        """Cached tokens over all prompt tokens the run's prefills saw (None: it saw none)."""
-        total = self.new + self.cached
-        return self.cached / total if total else None
-
-
-class CaseRun(_Strict):
-    """How a bench case was run (protocol.CaseFacts): its warm-up pass, kept apart from `metrics`; the
-    cool-downs before its runs; the GPUs at its start and end (absent: no nvidia-smi); what each run asked of
-    the prefix cache (`prefix_cache`, the prompts' seeds) and what the server's log says it got (`prefill`)."""
-
-    prefix_cache: Literal["cold", "hit"] | None = None  # absent: a record from before protocol 11
-    seeds: list[int] | None = None
-    warmup_seed: int | None = None
-    prefill: list[PrefillInfo] | None = None
-    warmup: bool = False  # a warm-up pass of the case's shape ran before the measured repeats
-    warmup_s: float | None = None  # its duration (bench_serving's own)
-    warmup_median_ttft_ms: float | None = None  # a first-use compile shows here, not in the metrics
-    cooldown_s: float | None = None
-    cooldown_settled: bool | None = None
-    gpu_start: list[GpuStateInfo] | None = None
-    gpu_end: list[GpuStateInfo] | None = None
-
-
 class Provenance(_Strict):
     base_commit: str | None = None
     patch_sets: dict[str, str] = {}  # name → sha256 of its contents
@@ -203,11 +139,11 @@ class Provenance(_Strict):
     server_version: str | None = None
     flashinfer_version: str | None = None  # as the server's Python sees it
     patch_variants: dict[str, str] | None = None  # set → the variant applied ('sglang==0.5.16')
-    gpu: list[dict[str, Any]] | None = None  # nvidia-smi's GPUs (name, compute_cap, …)
+    gpu: list[dict[str, Any]] | None = None  # nvidia-smi's GPUs (name, compute_cap, …): the fields its agent read
     arch: str | None = None
     agent_python: str | None = None
     hostname: str | None = None
-    stack: StackInfo | None = None  # torch, CUDA, driver, clocks, … (results/stack.py compares them)
+    stack: Whole[StackFacts] | None = None  # torch, CUDA, driver, clocks, … (results/stack.py compares them)
 
 
 class SweepAttempt(_Strict):
@@ -254,16 +190,16 @@ class Record(_Strict):
     verdict: Verdict | None = None  # why a crashed or hung server ended
     timings: dict[str, float] = {}
     detect_latency_s: float | None = None
-    metrics: dict[str, dict[str, Any]] = {}  # per bench case: medians, `repeats`, and every repeat in `samples`
+    metrics: dict[str, CaseSummary] = {}  # per bench case: medians, `repeats`, and every repeat in `samples`
     bench_cases: dict[str, CaseRun] | None = None  # per bench case: warm-up, cool-down, GPU state
     provenance: Provenance = Provenance()
-    revert: Revert | None = None
+    revert: Given[RevertReport] | None = None
     # what the experiment expected, and what the server was
     expect: str | None = None  # ok | crash | hang
     expectation_met: bool | None = None
     experiment_file: str | None = None
     server: ServerInfo | None = None
-    changed_paths: ChangedPaths | None = None
+    changed_paths: Whole[ChangedPaths] | None = None
     recovered: Recovered | None = None
     abort_reason: DisplayLine | None = None
     profile: ProfileSummary | None = None
@@ -275,7 +211,7 @@ class Record(_Strict):
     try_: int | None = Field(None, alias="try")
     # facts the agent reported, present only when they apply
     dirty: list[str] | None = None
-    locked_by: dict[str, Any] | None = None  # the lock holder's own note (another harness, maybe another version)
+    locked_by: Given[LockHolder] | None = None  # the lock holder's own note
     fetch_missing: list[str] | None = None
     port_in_use: int | None = None
     cannot_run: list[DisplayText] | None = None
@@ -311,11 +247,6 @@ class Record(_Strict):
 # ============================================================================ bisect.json
 
 
-class BisectCommit(_Strict):
-    sha: str
-    subject: DisplayLine = ""  # the commit's subject line (the host's words: shown escaped)
-
-
 class BisectInfo(_Strict):
     """A bisect run's `bisect.json` (schema `BISECT_SCHEMA`): what it bisects, written once before its first
     attempt; its steps are the run's ordinary records (`checkout` names each one's commit), so a resume goes on."""
@@ -329,7 +260,7 @@ class BisectInfo(_Strict):
     patches_dir: str | None = None
     good_ref: str  # the ends as given (--good, --bad), and the first-parent line between them (good first)
     bad_ref: str
-    commits: list[BisectCommit]
+    commits: list[Whole[CommitInfo]]  # each one's subject line is the host's words: shown escaped
     case: str  # the bench case and metric judged: --metric CASE:METRIC
     metric: str
     max_attempts: int  # per commit, when its verdict cannot be told from fewer

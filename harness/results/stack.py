@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .schemas import ClocksInfo, Record
+from ..common.outcome import GpuClocks
+from .schemas import Record
 
 Fingerprint = dict[str, str | None]
 
@@ -31,13 +32,13 @@ def _distinct(values: list[str]) -> str | None:
     return "/".join(seen) if seen else None
 
 
-def _power(gpus: list[ClocksInfo]) -> str | None:
+def _power(gpus: list[GpuClocks]) -> str | None:
     if not gpus or any(g.power_limit_w is None for g in gpus):
         return None
     return _distinct([f"{g.power_limit_w:g} W" for g in gpus])
 
 
-def _clocks(gpus: list[ClocksInfo]) -> str | None:
+def _clocks(gpus: list[GpuClocks]) -> str | None:
     """"default", or the application clocks set apart from the GPU's defaults (`nvidia-smi -ac`)."""
     pairs = [((g.app_sm_mhz, g.app_mem_mhz), (g.default_app_sm_mhz, g.default_app_mem_mhz)) for g in gpus]
     if not pairs or any(None in app or None in default for app, default in pairs):

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ConfigError, ResultsError
 from .attemptdir import PROVISIONAL, RECORD, AttemptDir
 from .metrics import parse_jsonl
-from .schemas import BISECT_SCHEMA, RUN_SCHEMA, SCHEMA, BisectInfo, Record, RunInfo
+from .schemas import BISECT_SCHEMA, RUN_SCHEMA, SCHEMA, BisectInfo, Record, Recovered, RunInfo
 
 BISECT_FILE = "bisect.json"
 
@@ -151,11 +151,11 @@ class ResultsStore:
             raise ResultsError(f"cannot write {path}: {exc.strerror}") from None
         return path
 
-    def note_recovery(self, recovered: dict[str, Any]) -> Path | None:
+    def note_recovery(self, recovered: Recovered) -> Path | None:
         """A later attempt recovered the journal of one whose controller was killed (it left only its
         provisional record): that record now says what became of the tree — `recovered`, and `revert` when
         it had none. The journal's ids come from the host: only a run and attempt folder of this store match."""
-        journal = recovered.get("journal") or {}
+        journal = recovered.journal
         run_id, attempt_id = journal.get("run_id"), journal.get("attempt_id")
         if not isinstance(run_id, str) or run_id not in self.run_ids() or not isinstance(attempt_id, str):
             return None
@@ -166,7 +166,7 @@ class ResultsStore:
             record = load_record(path)
             update: dict[str, Any] = {"recovered": recovered}
             if record.revert is None:
-                update["revert"] = recovered.get("revert")
+                update["revert"] = recovered.revert
             return self.write_provisional(d, Record.model_validate({**json.loads(record.to_json()), **update}))
         return None
 

@@ -15,11 +15,10 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from ..common.protocol import Status
 from .compare import Row, gpu_of
-from .metrics import SAMPLES
 from .schemas import Record, RunInfo
 
 # The tags an entry is found again by (docs/tracker.md "Exporting again").
@@ -144,11 +143,11 @@ def attempt_metrics(rec: Record) -> list[Metric]:
     and the answer check's own numbers."""
     out: list[Metric] = []
     for case, summary in sorted(rec.metrics.items()):
-        samples: dict[str, Any] = summary.get(SAMPLES) or {}
-        for name, values in sorted(samples.items()):
+        for name, values in sorted(summary.samples.items()):
             out += [Metric(key(f"{case}.{name}"), float(v), step) for step, v in enumerate(values) if _number(v)]
-            if _number(summary.get(name)):
-                out.append(Metric(key(f"{case}.{name}.median"), float(summary[name])))
+            median = summary.median(name)
+            if _number(median):
+                out.append(Metric(key(f"{case}.{name}.median"), float(median)))
     out += [Metric(key(f"time.{stage}"), float(s)) for stage, s in sorted(rec.timings.items()) if _number(s)]
     if _number(rec.detect_latency_s):
         out.append(Metric("time.detect_latency_s", float(rec.detect_latency_s)))

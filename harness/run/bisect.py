@@ -18,7 +18,7 @@ from ..experiments.resolve import Resolved
 from ..hosts.targets import connect
 from ..hosts.transport import Transport
 from ..results import bisection as b
-from ..results.schemas import BisectCommit, BisectInfo, Record
+from ..results.schemas import BisectInfo, Record
 from ..results.store import ResultsStore
 from .runner import AttemptOutcome, Reporter, SilentReporter, run_attempt_in_foreground, service
 
@@ -56,7 +56,7 @@ def new_bisect(run_id: str, resolved: Resolved, host_name: str, history: History
         run_id=run_id, experiment=resolved.name, experiment_file=str(resolved.file.resolve()), host=host_name,
         hosts_file=str(hosts_file.resolve()) if hosts_file else None,
         patches_dir=str(patches_dir.resolve()) if patches_dir else None, good_ref=good, bad_ref=bad,
-        commits=[BisectCommit(sha=c.sha, subject=c.subject) for c in history.commits], case=case, metric=metric,
+        commits=history.commits, case=case, metric=metric,
         max_attempts=max_attempts, head=history.head, branch=history.branch)
 
 

@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..common.protocol import Final, Hello, RecoveryReport, Spec, Status
-from ..common.wire import plain
+from ..common.protocol import Final, Hello, RevertReport, Spec, Status
 from ..errors import HarnessError
 from ..experiments.resolve import Resolved
 from ..masking import mask_secrets, redact_argv, redact_env
 from ..results.answers import own_stats, parse_answers
 from ..results.attemptdir import AttemptDir
 from ..results.metrics import summarize
-from ..results.schemas import Provenance, Record, ServerInfo, SlurmJob, SweepAttempt
+from ..results.schemas import Provenance, Record, Recovered, ServerInfo, SlurmJob, SweepAttempt
 from ..triage.classify import hang_hint, triage_file
 from ..triage.logtext import clean_line, iter_file_lines
 
@@ -52,40 +51,12 @@ EXPECTED_STATUS = {Status.OK.value: Status.OK, "crash": Status.CRASHED, "hang": 
 def agent_facts(final: Final, fetch_missing: list[str], profile_error: str | None) -> dict[str, Any]:
     """What the agent reports only when it applies: a record carries each one only when it is set (and truthy)."""
     pre = final.preflight
-    facts = {"dirty": pre.dirty, "locked_by": given(pre.locked_by), "fetch_missing": fetch_missing,
+    cases = {case.name: case for case in final.bench.cases or []}
+    facts = {"dirty": pre.dirty, "locked_by": pre.locked_by, "fetch_missing": fetch_missing,
              "port_in_use": pre.port_in_use, "cannot_run": pre.cannot_run, "preflight_warnings": pre.warnings,
              "arch": pre.arch, "budget_exceeded": final.budget_exceeded, "gpu_dirty": final.gpu_dirty,
-             "profile_error": profile_error, "bench_cases": case_runs(final)}
+             "profile_error": profile_error, "bench_cases": cases}
     return {name: value for name, value in facts.items() if value}
-
-
-def case_runs(final: Final) -> dict[str, Any] | None:
-    """Per bench case, how it ran (warm-up, cool-down, GPU state): the facts that apply; the warm-up's file
-    stays on the host's side of the record (it is fetched beside the case's own)."""
-    out = {}
-    for case in final.bench.cases or []:
-        facts = given(case) or {}
-        facts.pop("name", None)
-        facts.pop("warmup_file", None)
-        out[case.name] = facts
-    return out or None
-
-
-def given(part: object) -> dict[str, Any] | None:
-    """A report's facts as the record keeps them: those that apply (a fact that does not is left out)."""
-    if part is None:
-        return None
-    return {k: v for k, v in plain(part).items() if v is not None}
-
-
-def recovery_facts(recovered: RecoveryReport | None) -> dict[str, Any] | None:
-    """A recovery as the record keeps it (`Recovered`): the journal as the agent found it, what was done."""
-    if recovered is None:
-        return None
-    out = given(recovered)
-    assert out is not None
-    out.update(journal=plain(recovered.journal), stop=given(recovered.stop), revert=given(recovered.revert))
-    return out
 
 
 def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Spec, follow: AgentReport,
@@ -126,26 +97,27 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
         server_version=pre.server_version,
         flashinfer_version=pre.flashinfer_version,
         patch_variants=pre.patch_variants,
-        gpu=plain(pre.gpus),
+        gpu=[g.to_dict() for g in pre.gpus] if pre.gpus is not None else None,
         arch=pre.arch,
         agent_python=follow.hello.python if follow.hello else None,
         hostname=follow.hello.hostname if follow.hello else None,
-        stack=plain(pre.stack),
+        stack=pre.stack,
     )
     # Secret flags' values go whatever their length; any other secret inside an argument is masked too.
     argv = [mask_secrets(a, follow.secrets) if isinstance(a, str) else a for a in redact_argv(spec.server.argv)]
     server = ServerInfo(argv=argv, env=redact_env(spec.server.env),
                         port=pre.port or spec.server.port, exit_code=final.server.exit_code,
-                        stop=given(final.server.stop))
+                        stop=final.server.stop)
     facts = agent_facts(final, follow.fetch_missing, profile_error or final.bench.profile_error)
     record = Record(
         run_id=run_id, experiment=r.name, attempt=attempt, host=host_name, backend=r.backend_name,
         status=status, error=error, verdict=verdict, timings=timings,
         detect_latency_s=follow.detect_latency_s if status == Status.CRASHED else None,
-        metrics=metrics, provenance=provenance, revert=given(final.revert) or recovered_revert(final),
+        metrics=metrics, provenance=provenance, revert=final.revert or recovered_revert(final),
         expect=r.experiment.expect, expectation_met=status == EXPECTED_STATUS[r.experiment.expect],
-        experiment_file=str(r.file.resolve()), server=server, changed_paths=plain(final.patch.changed_paths),
-        recovered=recovery_facts(final.recovered), abort_reason=final.abort_reason, profile=profile,
+        experiment_file=str(r.file.resolve()), server=server, changed_paths=final.patch.changed_paths,
+        recovered=Recovered.of(final.recovered) if final.recovered else None, abort_reason=final.abort_reason,
+        profile=profile,
         answers=answers_stats(folder), slurm=follow.job, **facts, **({"checkout": r.checkout} if r.checkout else {}),
     )
     if sweep is not None:
@@ -153,11 +125,11 @@ def make_record(r: Resolved, host_name: str, run_id: str, attempt: str, spec: Sp
     return record
 
 
-def recovered_revert(final: Final) -> dict[str, Any] | None:
+def recovered_revert(final: Final) -> RevertReport | None:
     """What became of the tree when this attempt did no revert of its own: the recovery's (its dead agent's
     watchdog, the controller's `recover`, or this attempt's preflight finding an interrupted one's journal).
     Verified or not — with the paths that differ — it is the last word on the host's tree."""
-    return given(final.recovered.revert) if final.recovered is not None else None
+    return final.recovered.revert if final.recovered is not None else None
 
 
 def bench_complete(spec: Spec, follow: AgentReport) -> bool:

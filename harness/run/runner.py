@@ -40,11 +40,11 @@ from ..hosts.targets import connect, open_attempt
 from ..hosts.transport import Transport
 from ..masking import attempt_secrets, mask_files, mask_secrets
 from ..results.attemptdir import AttemptDir
-from ..results.schemas import Record, SlurmJob, SweepAttempt
+from ..results.schemas import Record, Recovered, SlurmJob, SweepAttempt
 from ..results.store import ResultsStore
 from ..safetext import display_line
 from ..triage.classify import triage_text
-from .recording import AgentReport, make_provisional_record, make_record, recovery_facts
+from .recording import AgentReport, make_provisional_record, make_record
 
 
 class Reporter(Protocol):
@@ -128,7 +128,7 @@ def _tell_the_interrupted_attempt(store: ResultsStore, final: Final | None, spec
     if recovered is None or (recovered.journal.run_id, recovered.journal.attempt_id) == (spec.run_id, spec.attempt_id):
         return
     try:
-        store.note_recovery(recovery_facts(recovered) or {})
+        store.note_recovery(Recovered.of(recovered))
     except (ResultsError, ValueError) as exc:  # never at this attempt's expense
         reporter.note(label, f"cannot note the recovery in the interrupted attempt's record: {exc}")
 

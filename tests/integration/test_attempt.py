@@ -48,11 +48,11 @@ def test_stock_run_benchmarks_and_leaves_tree_identical(tmp_path, host, sim_targ
     assert rec.status == "ok", rec.error
     for case in ("decode-bs1", "conc4"):
         m = rec.metrics[case]
-        assert m["output_throughput"] > 0 and m["median_itl_ms"] > 0
-        assert m["completed"] == (3 if case == "decode-bs1" else 8)
+        assert m.output_throughput > 0 and m.median_itl_ms > 0
+        assert m.completed == (3 if case == "decode-bs1" else 8)
         rows = [json.loads(x) for x in (d / f"bench-{case}.jsonl").read_text().splitlines()]
-        assert rows[-1]["output_throughput"] == m["output_throughput"]  # parsed from SGLang's JSONL
-    assert rec.metrics["conc4"]["output_throughput"] > rec.metrics["decode-bs1"]["output_throughput"]
+        assert rows[-1]["output_throughput"] == m.output_throughput  # parsed from SGLang's JSONL
+    assert rec.metrics["conc4"].output_throughput > rec.metrics["decode-bs1"].output_throughput
     assert "The server is fired up and ready to roll!" in (d / "server.log").read_text()
     assert rec.provenance.server_version == "0.5.23" and rec.provenance.base_commit
     stack = rec.provenance.stack  # the environment fingerprint, from the sim's Python and nvidia-smi

@@ -52,8 +52,8 @@ def test_one_process_and_a_process_per_run_measure_the_same_cases(tmp_path):
     assert {n: r.status for n, r in records.items()} == {"one": "ok", "each": "ok"}, \
         {n: r.error for n, r in records.items()}
     for rec in records.values():
-        assert {case: m["repeats"] for case, m in rec.metrics.items()} == {"bs1": 1, "bs2": 2}
-        assert all(len(m["samples"]["completed"]) == m["repeats"] for m in rec.metrics.values())
+        assert {case: m.repeats for case, m in rec.metrics.items()} == {"bs1": 1, "bs2": 2}
+        assert all(len(m.samples["completed"]) == m.repeats for m in rec.metrics.values())
     drivers = sorted(p.parent.name for p in work.rglob("bench-driver.plan.json"))
     assert len(drivers) == 1, drivers  # only the one-process attempt ran the driver
     status = next(work.rglob("bench-driver.status.jsonl")).read_text().splitlines()

@@ -150,7 +150,7 @@ def test_a_user_whose_login_shell_is_tcsh_runs_an_attempt_and_the_host_is_left_a
                       new_run_id())
     rec = load_record(out.directory / "record.json")
     assert rec.status == "ok", rec.error
-    assert rec.metrics["bs1"]["completed"] == 2
+    assert rec.metrics["bs1"].completed == 2
     assert rec.revert is not None and rec.revert.verified
     assert tree_snapshot(target_dir) == before and not marked_processes(rec.run_id)
     figure("user whose login shell is tcsh", survived=True, time_to_clean_s=None, lost=0,

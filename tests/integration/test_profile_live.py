@@ -97,7 +97,7 @@ def test_no_trace_in_time_keeps_the_bench_status_with_profile_error(tmp_path, si
                          profile={"steps": 3, "timeout": 6}, server={"env": {"SGLANG_SIM_PROFILE_EXPORT_S": "3600"}})
     rec, d = run(tmp_path, sim_target, f)
     assert rec.status == "ok" and rec.error is None, rec.error
-    assert rec.metrics["bs1"]["median_itl_ms"] > 0
+    assert rec.metrics["bs1"].median_itl_ms > 0
     assert rec.profile is None and rec.profile_error is not None
     assert "Stop profiling..." in rec.profile_error and "6.0s" in rec.profile_error
     assert 6 <= rec.timings["profile_s"] < 9
@@ -108,7 +108,7 @@ def test_start_profile_that_never_answers_ends_the_stage_in_time(tmp_path, sim_t
     f = write_experiment(tmp_path, "blocked", port, backend="flashinfer-mla", bench=BENCH,
                          profile={"steps": 3, "timeout": 5}, server={"env": {"SGLANG_SIM_PROFILE_STALL_S": "3600"}})
     rec, d = run(tmp_path, sim_target, f)
-    assert rec.status == "ok" and rec.metrics["bs1"]["median_itl_ms"] > 0
+    assert rec.status == "ok" and rec.metrics["bs1"].median_itl_ms > 0
     assert rec.profile_error is not None and "/start_profile got no answer" in rec.profile_error
     assert 5 <= rec.timings["profile_s"] < 8
     assert rec.revert is not None and rec.revert.verified
@@ -127,7 +127,7 @@ def test_cancel_during_the_profile_keeps_the_finished_benchmark(tmp_path, sim_ta
                     reporter=OnStage("profile", cancel.set), cancel=cancel)
     assert time.monotonic() - t0 < 60
     rec = load_record(next((tmp_path / "results").rglob("record.json")))
-    assert rec.status == "ok" and rec.is_final() and rec.metrics["bs1"]["median_itl_ms"] > 0
+    assert rec.status == "ok" and rec.is_final() and rec.metrics["bs1"].median_itl_ms > 0
     assert rec.abort_reason == "controller-abort" and rec.profile_error.startswith("the profile stage was stopped")
     assert rec.revert is not None and rec.revert.verified
     assert not list((tmp_path / "results").rglob("record.partial.json"))
@@ -164,7 +164,7 @@ def test_controller_killed_during_the_profile_loses_no_finished_case(tmp_path, s
     (run_id,) = ResultsStore(tmp_path / "results").run_ids()
     (rec,) = ResultsStore(tmp_path / "results").iter_records(run_id)
     assert rec.provisional and rec.status == "ok" and rec.is_final()
-    assert sorted(rec.metrics) == ["bs1", "conc2"] and rec.metrics["conc2"]["median_itl_ms"] > 0
+    assert sorted(rec.metrics) == ["bs1", "conc2"] and rec.metrics["conc2"].median_itl_ms > 0
     assert "during the profile stage" in rec.error
     # The agent's dead man's switch: the controller's end stops the server and reverts the tree.
     assert wait_until(lambda: tree_snapshot(sim_target.repo) == before and not marked_processes(run_id), 60)

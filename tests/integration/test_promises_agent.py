@@ -215,7 +215,7 @@ def test_awkward_patch_set_serves_and_leaves_tree_identical_directories_included
                          bench=SMALL_BENCH)
     rec, _, run_id = attempt(tmp_path, host, f, patches)
     assert rec.status == "ok", rec.error
-    assert rec.metrics["small"]["completed"] == 3
+    assert rec.metrics["small"].completed == 3
     changed = rec.changed_paths  # the attempt did apply all of it
     assert changed is not None
     assert {f"{ATTENTION}/cutedsl_mla_backend.py", f"{ATTENTION}/flashmla_backend.py",

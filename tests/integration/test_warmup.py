@@ -73,7 +73,7 @@ def records_of(run):
 
 
 def ttfts(record, name: str) -> list[float]:
-    return list(record.metrics[name]["samples"]["median_ttft_ms"])
+    return list(record.metrics[name].samples["median_ttft_ms"])
 
 
 def test_the_build_lands_in_the_warmup_pass_not_in_the_measured_repeats(run):
@@ -85,7 +85,7 @@ def test_the_build_lands_in_the_warmup_pass_not_in_the_measured_repeats(run):
     assert cold.warmup_median_ttft_ms - measured > JIT_S * 1000 / 2  # the warm-up's TTFT shows the build
     already = statistics.median(ttfts(rec, "cold-again"))  # same shape, built before it ran
     assert abs(measured - already) < JIT_S * 1000 / 3, (measured, already)
-    assert rec.metrics["cold"]["repeats"] == 2  # the warm-up is no repeat: the metrics never see it
+    assert rec.metrics["cold"].repeats == 2  # the warm-up is no repeat: the metrics never see it
 
 
 def test_without_warmup_the_first_measured_repeat_takes_the_build(run):

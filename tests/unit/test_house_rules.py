@@ -6,6 +6,7 @@ from what it inherits, and a kernels/ file is named (`files_from`), never copied
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -229,3 +230,67 @@ def test_the_rule_sees_an_attempt_path_built():
             'traces = (d / "profile").glob("*")\n'
             'ok = folder / SERVER_LOG\n')
     assert attempt_paths_built(ast.parse(seen)) == [2, 3, 4]
+
+
+# --------------------------------------------------------------------------- one record type (issue #46)
+
+# A record model may wrap an agent's dataclass only where it keeps something differently, said here.
+RECORD_WRAPPERS = {"Recovered": "keeps the journal verbatim, as a dict: a journal of any agent version"}
+
+
+def mirrored_messages(models: list[type], messages: list[type]) -> list[str]:
+    """Pydantic models whose fields are an agent dataclass's fields: a second definition of that part."""
+    found = []
+    for model in models:
+        names = set(model.model_fields)
+        for msg in messages:
+            fields = {f.name for f in dataclasses.fields(msg)}
+            if len(fields) >= 2 and fields - {"name"} <= names <= fields and model.__name__ not in RECORD_WRAPPERS:
+                found.append(f"{model.__name__} mirrors {msg.__name__}")
+    return found
+
+
+def _record_models() -> list[type]:
+    import importlib
+    import inspect
+
+    from pydantic import BaseModel
+    out = []
+    for path in sorted((PACKAGE / "results").glob("*.py")):
+        module = importlib.import_module(f"harness.results.{path.stem}")
+        out += [c for _, c in inspect.getmembers(module, inspect.isclass)
+                if issubclass(c, BaseModel) and c.__module__ == module.__name__]
+    return out
+
+
+def _messages() -> list[type]:
+    import inspect
+
+    from harness.common import outcome, protocol
+    from harness.common.wire import Message
+    return [c for m in (outcome, protocol) for _, c in inspect.getmembers(m, inspect.isclass)
+            if issubclass(c, Message) and dataclasses.is_dataclass(c) and c.__module__ == m.__name__]
+
+
+def test_no_record_model_repeats_an_agent_dataclass():
+    assert mirrored_messages(_record_models(), _messages()) == [], (
+        "keep the agent's dataclass as the record's part (results/schemas.py `Given`/`Whole`)")
+
+
+def test_the_record_rule_sees_a_mirror():
+    from pydantic import BaseModel
+
+    from harness.common.outcome import RevertReport, StopReport
+
+    class Revert(BaseModel):  # the copy issue #46 removed
+        verified: bool
+        tree_before: str | None = None
+        tree_after: str | None = None
+        diff: list[str] | None = None
+        stray_ignored: list[str] | None = None
+
+    class Other(BaseModel):
+        verified: bool
+        reason: str
+
+    assert mirrored_messages([Revert, Other], [RevertReport, StopReport]) == ["Revert mirrors RevertReport"]

@@ -4,6 +4,7 @@ order of warm-up and measured runs, the YAML's `warmup:` / `cooldown:` through t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from harness.agent.pacing import cool_down, needs_cooldown, settled
 from harness.common.protocol import BenchCase, BenchFacts, CaseFacts, Cooldown, Final, GpuState
 from harness.errors import ConfigError
 from harness.results.attemptdir import bench_outputs
-from harness.run.recording import case_runs
+from harness.results.schemas import Record
+from harness.run.recording import agent_facts
 from tests.unit.test_plan import _key, _top_level_sweep
 
 
@@ -110,8 +112,10 @@ def test_case_facts_cross_the_wire_and_land_in_the_record_without_host_paths():
                       warmup_file="/w/bench-c8.warmup.jsonl", gpu_start=gpus((1980, 40)))
     final = Final.from_dict(Final(bench=BenchFacts(files={"c8": "/w/bench-c8.jsonl"}, cases=[facts])).to_dict())
     assert final.bench.cases == [facts]
-    runs = case_runs(final)
-    assert runs is not None and runs["c8"]["warmup_median_ttft_ms"] == 4900.0
+    rec = Record(run_id="r", experiment="e", attempt="01", host="h", status="ok",
+                 **agent_facts(final, fetch_missing=[], profile_error=None))
+    runs = json.loads(rec.to_json())["bench_cases"]
+    assert runs["c8"]["warmup_median_ttft_ms"] == 4900.0
     assert "warmup_file" not in runs["c8"] and "name" not in runs["c8"]
     assert bench_outputs(final) == [("c8", "/w/bench-c8.jsonl"), ("c8.warmup", "/w/bench-c8.warmup.jsonl")]
 

@@ -6,10 +6,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from harness.common.protocol import Status
+from harness.common.protocol import LockHolder, Status
 from harness.errors import ConfigError, ResultsError
 from harness.results.metrics import parse_jsonl, summarize
-from harness.results.schemas import FINAL_STATUSES, PlannedEntry, Record, RunInfo
+from harness.results.schemas import FINAL_STATUSES, PlannedEntry, Record, Recovered, RunInfo
 from harness.results.store import ResultsStore, load_record
 
 
@@ -72,9 +72,20 @@ def test_summarize_takes_median_over_repeats_and_keeps_samples():
     rows = parse_jsonl('{"output_throughput": 10, "median_ttft_ms": 5}\nnot json\n'
                        '{"output_throughput": 30, "median_ttft_ms": 7}\n{"output_throughput": 20}\n')
     s = summarize(rows)
-    assert s["repeats"] == 3
-    assert s["output_throughput"] == 20 and s["samples"]["output_throughput"] == [10, 30, 20]
-    assert s["median_ttft_ms"] == 6
+    assert s.repeats == 3
+    assert s.output_throughput == 20 and s.samples["output_throughput"] == [10, 30, 20]
+    assert s.median_ttft_ms == 6 and s.median("median_ttft_ms") == 6 and s.median("median_itl_ms") is None
+
+
+def test_a_repeat_without_a_finite_number_is_kept_as_none_and_left_out_of_the_median():
+    """JSON holds no NaN: such a repeat is written null (as records always did) and read back the same."""
+    s = summarize([{"output_throughput": 10.0}, {"output_throughput": float("nan")}, {"output_throughput": 30}])
+    assert s.samples["output_throughput"] == [10.0, None, 30] and s.output_throughput == 20.0
+    assert s.values("output_throughput") == [10.0, 30.0]
+    rec = Record(run_id="r", experiment="e", attempt="01", host="h", status="ok", metrics={"c": s})
+    assert Record.model_validate_json(rec.to_json()).metrics == {"c": s}
+    assert json.loads(rec.to_json())["metrics"]["c"] == {"repeats": 3, "samples": {"output_throughput": [10.0, None, 30]},
+                                                        "output_throughput": 20.0}
 
 
 # ============================================================================ the record's fields and statuses
@@ -123,14 +134,14 @@ def test_every_field_is_declared_and_read_as_an_attribute(tmp_path):
     assert rec.profile is not None and rec.profile.top[0].kernels[0].name == "copy_kernel"
     assert (rec.key, rec.round, rec.sweep, rec.try_) == ("k1", 2, "s", 1)
     assert rec.provenance.gpu == [{"name": "NVIDIA H200", "compute_cap": "9.0"}] and rec.provenance.arch == "sm90"
-    assert rec.gpu_dirty == {"123": 512} and rec.locked_by == {"run_id": "other", "pid": 7}
+    assert rec.gpu_dirty == {"123": 512} and rec.locked_by == LockHolder(run_id="other", pid=7)
     assert json.loads(rec.to_json()) == FULL  # the same keys and values back on disk
 
 
 def test_an_undeclared_field_is_refused():
     with pytest.raises(ValueError, match="bogus"):
         record(bogus=1)
-    with pytest.raises(ValueError, match="extra"):
+    with pytest.raises(ValueError, match="surprise"):  # a part is the agent's dataclass: its fields, no other
         record(revert={"verified": True, "surprise": 1})
 
 
@@ -251,9 +262,10 @@ def test_a_recovery_is_noted_only_in_a_provisional_record_of_this_store_named_by
     d = store.new_attempt_dir("r1", "e", "01")
     store.write_provisional(d, record(run_id="r1", experiment="e", attempt="01", status="aborted", provisional=True))
     revert = {"verified": True, "tree_before": "a" * 64, "tree_after": "a" * 64, "diff": []}
-    recovered = {"journal": {"run_id": "../r1", "attempt_id": "e-01"}, "stop": {}, "revert": revert, "by": "recover"}
+    recovered = Recovered.model_validate({"journal": {"run_id": "../r1", "attempt_id": "e-01"}, "stop": {},
+                                          "revert": revert, "by": "recover"})
     assert store.note_recovery(recovered) is None
-    recovered["journal"] = {"run_id": "r1", "attempt_id": "e-01"}
+    recovered.journal = {"run_id": "r1", "attempt_id": "e-01"}
     store.write_record(d, record(run_id="r1", experiment="e", attempt="01", status="ok"))
     assert store.note_recovery(recovered) is None
     (d / "record.json").unlink()

@@ -14,7 +14,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.experiments.config import HostConfig
 from harness.experiments.files import read_experiment_file
-from harness.experiments.resolve import resolve, resolve_file
+from harness.experiments.resolve import resolve_file
 from harness.experiments.spec import build_spec
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"

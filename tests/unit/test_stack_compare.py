@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 from harness.cli.app import app
 from harness.results import page
 from harness.results.compare import build_rows, columns, table_rows
-from harness.results.tableformats import to_csv
 from harness.results.schemas import Record, RunInfo
 from harness.results.stack import differences, fingerprint, stack_id
 from harness.results.store import ResultsStore
+from harness.results.tableformats import to_csv
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}] * 2
 SAMPLES = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
