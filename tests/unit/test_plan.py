@@ -226,3 +226,23 @@ def test_the_prefix_cache_and_the_spread_bar_change_the_key_only_when_not_the_de
     answers = _key(_top_level_sweep(tmp_path, answers={"prompts": 4}))
     assert _key(_top_level_sweep(tmp_path, answers={"prompts": 4, "spread_bar": 1.75})) == answers
     assert _key(_top_level_sweep(tmp_path, answers={"prompts": 4, "spread_bar": 2.0})) != answers
+
+
+def test_the_key_leaves_out_each_setting_at_its_default_as_keys_made_before_it_did(tmp_path):
+    """A key made before a setting existed hashed no such field: at its default the setting is left out of what
+    the key hashes — checked on the fields themselves (two keys that both keep it would still agree)."""
+    from harness.experiments.files import read_experiment_file
+    from harness.experiments.plan import _key_fields
+
+    f = write(tmp_path, "e.yaml", {"name": "e", "backend": "flashinfer-mla", "model": {"path": "/m"},
+                                   "answers": {"prompts": 4, "spread_bar": 1.75},
+                                   "bench": [{"name": "c", "num_prompts": 4, "prefix_cache": "cold"}]})
+    fields = _key_fields(read_experiment_file(f).experiment)
+    assert "spread_bar" not in fields["answers"] and fields["answers"]["prompts"] == 4
+    assert not {"repeats", "warmup", "prefix_cache"} & set(fields["bench"][0])
+    assert not {"bench_clients", "cooldown"} & set(fields)
+    f = write(tmp_path, "e.yaml", {"name": "e", "backend": "flashinfer-mla", "model": {"path": "/m"},
+                                   "answers": {"prompts": 4, "spread_bar": 2.0},
+                                   "bench": [{"name": "c", "num_prompts": 4, "prefix_cache": "hit"}]})
+    fields = _key_fields(read_experiment_file(f).experiment)
+    assert fields["answers"]["spread_bar"] == 2.0 and fields["bench"][0]["prefix_cache"] == "hit"
