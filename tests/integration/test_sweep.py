@@ -312,7 +312,7 @@ def test_start_within_leaves_what_it_did_not_start_for_the_resume_which_runs_eac
     assert p.returncode == 0, p.stdout + p.stderr
     records = [r for v in records_on_disk(tmp_path / "results", run_id).values() for r in v]
     assert len(records) == 2 and all(r.status == "ok" for r in records)
-    assert all((r.metrics["bs1"].repeats, r.metrics["once"].repeats) == (2, 1) for r in records)
+    assert all((r.metrics["bs1"]["repeats"], r.metrics["once"]["repeats"]) == (2, 1) for r in records)
     p = subprocess.run(argv + ["--start-within", "-1"], cwd=tmp_path, capture_output=True, text=True)
     assert p.returncode == 2 and "--start-within" in p.stderr
 
