@@ -1,5 +1,6 @@
 """Longest tests first, so a parallel run (pytest-xdist, `scripts/test`) does not end waiting on one long test
-that happened to start last.
+that happened to start last; shortest first in a run that stops at its first failure (`-x`, as mutmut runs each
+mutant's tests): a mutant is killed by the first test that fails, so the cheap ones go first.
 
 The expected seconds of each test come from `tests/durations.json`, measured by a whole run:
 
@@ -56,9 +57,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(_group(item), []).append(item)
-    # Heaviest unit first; stable, so equal estimates keep the collection order (a module's quick tests stay
-    # together, and its module-scoped fixtures are set up once).
-    ordered = sorted(units.values(), key=lambda unit: -sum(expected[i.nodeid] for i in unit))
+    # Heaviest unit first (lightest first when the run stops at its first failure); stable, so equal estimates
+    # keep the collection order (a module's quick tests stay together, its module-scoped fixtures set up once).
+    sign = 1 if config.getoption("maxfail") == 1 else -1
+    ordered = sorted(units.values(), key=lambda unit: sign * sum(expected[i.nodeid] for i in unit))
     items[:] = [item for unit in ordered for item in unit]
 
 
