@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.real_size import build_rows, read_answers  # noqa: E402
-from harness.results.answers import AnswerSet  # noqa: E402
+from harness.analysis.answers import AnswerSet  # noqa: E402
 from harness.results.store import ResultsStore  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """The answer check's rule on the recorded live answers (issue 44): each shape's rows against its stock reference,
-by the fixed bars (the rule before) and by the spread rule (harness/results/answers.py), with the numbers behind it.
+by the fixed bars (the rule before) and by the spread rule (harness/analysis/answers.py), with the numbers behind it.
 
     python3 benchmarks/answer_rule_live.py
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from harness.results.answers import AnswerSet, compare_answers, parse_answers, verdict_text  # noqa: E402
+from harness.analysis.answers import AnswerSet, compare_answers, parse_answers, verdict_text  # noqa: E402
 
 CORRECT = ("flashinfer-mla-gather-cast", "flashinfer-mla-fp8", "custom-fp8-mla", "flashmla", "triton")
 CONTROLS = ("control-5pct", "control-1pct")

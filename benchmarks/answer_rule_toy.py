@@ -1,4 +1,4 @@
-"""The answer check's own verdict rule (`harness.results.answers.compare_answers`, default bars) applied to a
+"""The answer check's own verdict rule (`harness.analysis.answers.compare_answers`, default bars) applied to a
 CPU toy of the live case, under both dummy-weight rules of patch set dummy_weights_scaled: does it pass the
 backends that are correct and flag the negative control? A prediction for the live run, not a substitute.
 
@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.dummy_weights_sensitivity import NH, TOPK, E, V, fp8, make, rms  # noqa: E402
-from harness.results.answers import AnswerSet, PromptAnswer, compare_answers, verdict_text  # noqa: E402
+from harness.analysis.answers import AnswerSet, PromptAnswer, compare_answers, verdict_text  # noqa: E402
 
 PROMPTS, PROMPT_LEN, OUTPUT_LEN, TOP_K = 16, 64, 32, 5
 Kv = Callable[[torch.Tensor], torch.Tensor]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.results.answers import AnswerSet, parse_answers  # noqa: E402
+from harness.analysis.answers import AnswerSet, parse_answers  # noqa: E402
 
 
 def load(path: Path) -> AnswerSet:

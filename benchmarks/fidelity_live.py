@@ -1,6 +1,6 @@
 """What every repeat of a case measured, from the records (issue 43): per run, experiment and bench case, the
 case's `prefix_cache` mode, each repeat's value and the share of its prompt tokens the server found cached
-(the `Prefill batch` lines while it ran), the CV, and the drift rule's verdict (harness/results/outliers.py).
+(the `Prefill batch` lines while it ran), the CV, and the drift rule's verdict (harness/analysis/outliers.py).
 
     python3 benchmarks/fidelity_live.py RESULTS_DIR RUN_ID [RUN_ID...] [--out FILE.md]
 
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.analysis import outliers  # noqa: E402
 from harness.common.protocol import Status  # noqa: E402
-from harness.results import outliers  # noqa: E402
 from harness.results.schemas import Record  # noqa: E402
 from harness.results.store import ResultsStore  # noqa: E402
 

@@ -7,7 +7,7 @@ sweep-v3-128h.yaml and the first-look sweeps) under RESULTS_DIR; per model shape
 each column from the newest attempt that measured it (an attempt its budget stopped keeps the cases it
 finished; the JSON names each cell's attempt, the status column lists theirs). Each cell is the median over the
 case's repeats of each repeat's median (ITL, TTFT) or its output tok/s, with the repeats' range and n. The answers column judges the row's answers.json against
-the shape's stock FlashInfer MLA at the large pool (harness/results/answers.py, the rule `harness compare`
+the shape's stock FlashInfer MLA at the large pool (harness/analysis/answers.py, the rule `harness compare`
 uses). Then the issue's targets for custom-fp8-mla, each with the numbers it was judged on.
 """
 
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.real_h200 import pool_of  # noqa: E402  (the pool size a record's server was started with)
-from harness.results.answers import AnswerSet, compare_answers, parse_answers, verdict_text  # noqa: E402
+from harness.analysis.answers import AnswerSet, compare_answers, parse_answers, verdict_text  # noqa: E402
 from harness.results.schemas import Record  # noqa: E402
 from harness.results.store import ResultsStore, load_record  # noqa: E402
 

@@ -89,14 +89,14 @@ SAFETY_CORE = [
     "harness.experiments.plan.x_host_signature__mutmut_*",
     "harness.experiments.patchsets.x_variants_digest__mutmut_*",  # PatchSet.sha256 (mutmut skips properties)
     # report markers
-    "harness.results.compare.x__apply_baseline__mutmut_*",
-    "harness.results.compare.x_judge__mutmut_*",  # the one comparison: table, night against night, page, bisect
-    "harness.results.units.x_lower_is_better__mutmut_*",
-    "harness.results.significance.x_mann_whitney_p__mutmut_*",
-    "harness.results.significance.x__u_counts__mutmut_*",  # the Mann-Whitney test's exact distribution
-    "harness.results.significance.x__exact_sf__mutmut_*",
-    "harness.results.significance.x__normal_sf__mutmut_*",
-    "harness.results.compare.x_ratio_text__mutmut_*",
+    "harness.analysis.compare.x__apply_baseline__mutmut_*",
+    "harness.analysis.compare.x_judge__mutmut_*",  # the one comparison: table, night against night, page, bisect
+    "harness.analysis.units.x_lower_is_better__mutmut_*",
+    "harness.analysis.significance.x_mann_whitney_p__mutmut_*",
+    "harness.analysis.significance.x__u_counts__mutmut_*",  # the Mann-Whitney test's exact distribution
+    "harness.analysis.significance.x__exact_sf__mutmut_*",
+    "harness.analysis.significance.x__normal_sf__mutmut_*",
+    "harness.analysis.compare.x_ratio_text__mutmut_*",
     # triage ranking
     "harness.triage.classify.x__sig__mutmut_*",
     "harness.triage.classify.xǁTriageǁ_message__mutmut_*",
@@ -140,12 +140,12 @@ PLANTS = [
           '            self.abort("controller-gone")\n\n        threading.Thread(target=run, name="stdin"',
           '            pass\n\n        threading.Thread(target=run, name="stdin"',
           (f"{PROMISES}::test_agent_stdin_eof_aborts_stops_server_and_reverts_with_no_heartbeat_timeout",)),
-    Plant("▲ and ▼ swapped in the comparison table", "harness/results/compare.py",
+    Plant("▲ and ▼ swapped in the comparison table", "harness/analysis/compare.py",
           'MARKERS = {"better": "▲", "worse": "▼"', 'MARKERS = {"better": "▼", "worse": "▲"',
           ("tests/unit/test_report.py",)),
-    Plant("significance level raised from 0.05 to 0.5", "harness/results/compare.py",
+    Plant("significance level raised from 0.05 to 0.5", "harness/analysis/compare.py",
           "ALPHA = 0.05", "ALPHA = 0.5", ("tests/unit/test_report.py",)),
-    Plant("lower-is-better metrics judged as higher-is-better", "harness/results/compare.py",
+    Plant("lower-is-better metrics judged as higher-is-better", "harness/analysis/compare.py",
           "better = out.ratio < 1 if lower_is_better(metric) else out.ratio > 1", "better = out.ratio > 1",
           ("tests/unit/test_report.py",)),
     Plant("secret left unmasked in the crash verdict", "harness/run/runner.py",

@@ -1,7 +1,7 @@
 """The answer check: a batched greedy POST /generate of fixed prompts, with their top logprobs, before the bench
 cases — twice with `prefix_hit`, the second time each prefill a prefix-cache hit (the paged prefill path);
 what came back goes to answers.json in the attempt's folder (judged later, by `harness compare`, against the
-baseline's: harness/results/answers.py).
+baseline's: harness/analysis/answers.py).
 
 The request runs in a thread while the server is still watched, as the benchmark clients are: a server that
 dies meanwhile is reported as the crash it is. Any other failure (an HTTP error, a reply not in SGLang's

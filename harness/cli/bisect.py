@@ -12,14 +12,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.bisection import Stuck
+from ..analysis.compare import metric_names
 from ..errors import AgentProtocolError, ConfigError, ExitCode, HostError, Interrupted
 from ..experiments.config import Experiment
 from ..experiments.files import read_experiment_file
 from ..experiments.project import default_hosts_file, default_patches_dir
 from ..experiments.resolve import resolve
-from ..results import bisecttext
-from ..results.bisection import Stuck
-from ..results.compare import metric_names
+from ..render import bisecttext
 from ..results.schemas import BisectInfo, Record
 from ..results.store import ResultsStore, new_run_id
 from ..run.resume import recorded_path, resume_command
@@ -147,7 +147,7 @@ def parse_metric(text: str, exp: Experiment, file: Path) -> tuple[str, str]:
 
 def show_plan(info: BisectInfo, exp: Experiment, patch_sets: list[str], records: list[Record]) -> None:
     """What the bisect will do (a resumed one: what it did so far, and what comes next)."""
-    from ..results.bisection import Verdict, next_index
+    from ..analysis.bisection import Verdict, next_index
 
     n = len(info.commits)
     first, last = info.commits[0], info.commits[-1]

@@ -1,6 +1,6 @@
 """`harness export RUN --mlflow URI` (a finished run into MLflow) and what `harness sweep --mlflow URI` adds to a
 sweep: the parent run made before any host is touched, each record logged as the sweep writes it, the whole
-run exported once more at the end (harness.results.export; docs/tracker.md)."""
+run exported once more at the end (harness.tracker.export; docs/tracker.md)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from .common import RESULTS_HELP, err, exit_on_errors, open_store, out, results_
 from .compare import chosen_runs
 
 if TYPE_CHECKING:
-    from ..results.export import ExportSummary, LiveExport
     from ..run.health import DownHost
     from ..run.scheduler import SweepReporter
+    from ..tracker.export import ExportSummary, LiveExport
 
 MLFLOW_HELP = "MLflow tracking URI (http://HOST:PORT of a tracking server, or any URI mlflow takes)."
 EXPERIMENT_HELP = "MLflow experiment to log into (default: the sweep's name; `harness` for a single run)."
@@ -33,8 +33,8 @@ def export(
 ) -> None:
     """Log runs to MLflow: a parent run per run, a nested child per attempt (params, per-repeat metrics, tags,
     the record and its log tails). Exporting again adds nothing twice (the optional `mlflow` extra)."""
-    from ..results.export import default_experiment, export_run
-    from ..results.mlflowapi import MlflowTracker
+    from ..tracker.export import default_experiment, export_run
+    from ..tracker.mlflowapi import MlflowTracker
 
     with exit_on_errors():
         chosen = chosen_runs(open_store(results_dir, announce=False), runs)
@@ -59,8 +59,8 @@ class SweepTracking:
 
     def __init__(self, uri: str, experiment: str, store: ResultsStore, run_id: str,
                  results_dir: Path | None = None) -> None:
-        from ..results.export import RunExport
-        from ..results.mlflowapi import MlflowTracker
+        from ..tracker.export import RunExport
+        from ..tracker.mlflowapi import MlflowTracker
 
         self.run_id = run_id
         self.again = f"harness export {run_id} --mlflow {uri}{results_dir_arg(results_dir)}"
@@ -68,7 +68,7 @@ class SweepTracking:
         self.live: LiveExport | None = None
 
     def __enter__(self) -> SweepTracking:
-        from ..results.export import LiveExport
+        from ..tracker.export import LiveExport
 
         self.export.open(live=True)
         self.live = LiveExport(self.export)

@@ -1,5 +1,5 @@
 """What `harness compare RUN_B --against RUN_A` shows: the regression summary first, then B against A per
-experiment, bench case and metric (results/nights.py judges, results/nightstext.py words it)."""
+experiment, bench case and metric (analysis/nights.py judges, render/nightstext.py words it)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis import compare, nights
+from ..analysis.units import metric_label
 from ..errors import ConfigError
-from ..results import compare, nights, nightstext
+from ..render import nightstext
 from ..results.store import ResultsStore
-from ..results.units import metric_label
 from ..safetext import display_line, display_lines
 
 Run = tuple[ResultsStore, str]

@@ -12,17 +12,18 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis import answers, compare, families, outliers
+from ..analysis.stack import legend as stack_legend
+from ..analysis.units import metric_title
 from ..common.protocol import Status
 from ..errors import ConfigError, ResultsError
 from ..experiments.config import HostConfig
 from ..experiments.plan import Plan
-from ..results import answers, compare, families, outliers, plots, tableformats
+from ..render import plots, tableformats
 from ..results.attemptdir import AttemptDir
 from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
 from ..results.schemas import Record, RunInfo
-from ..results.stack import legend as stack_legend
 from ..results.store import ResultsStore
-from ..results.units import metric_title
 from ..run.runner import AttemptOutcome
 from ..safetext import display_line, display_lines
 
@@ -115,10 +116,10 @@ def print_sparklines(out: Console, runs: list[tuple[ResultsStore, str]], records
 
 def write_report(runs: list[tuple[ResultsStore, str]], out_dir: Path, *, baseline: str | None, metric: str,
                  against: dict[str, Any] | None = None) -> Path:
-    """`harness report --html`: the runs' page in `out_dir` (results/page.py); its path. `against`: the run against
+    """`harness report --html`: the runs' page in `out_dir` (render/page.py); its path. `against`: the run against
     an earlier one (nightstext.page_context), shown first; a bisect run's table and answer head the page."""
-    from ..results.bisecttext import page_context
-    from ..results.page import write_html
+    from ..render.bisecttext import page_context
+    from ..render.page import write_html
 
     records, rows, run_baseline, infos = comparison_rows(runs, baseline=baseline, metric=metric)
     bisects = [page_context(info, store.iter_records(run_id)) for store, run_id in runs

@@ -1,3 +1,3 @@
-"""What a run leaves and how it is read: the results folder (`store`, the one module that writes it), the
-record and run schemas, bench metrics, comparison statistics and tables (`compare`), plots, the HTML page
-and the output files it writes (`outdir`)."""
+"""What a run leaves: the results folder (`store`, the one module that writes and reads it; `attemptdir`, the one
+that names an attempt folder's files), the record, run and bisect schemas, and each bench case's metrics.
+Judging them is `harness.analysis`, drawing them `harness.render`, sending them to a tracker `harness.tracker`."""

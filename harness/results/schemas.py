@@ -126,7 +126,7 @@ class AnswersStats(_Strict):
     positions: int | None = None
     mean_logprob: float | None = None  # of the chosen (greedy) tokens
     min_logprob: float | None = None
-    # its prefix-hit pass against its cold pass, the per-step spread (results/answers.py): as the reference, the
+    # its prefix-hit pass against its cold pass, the per-step spread (analysis/answers.py): as the reference, the
     # noise its rows are measured in
     yardstick: float | None = None
     error: DisplayText | None = None  # answers.json came but cannot be read
@@ -143,7 +143,7 @@ class Provenance(_Strict):
     arch: str | None = None
     agent_python: str | None = None
     hostname: str | None = None
-    stack: Whole[StackFacts] | None = None  # torch, CUDA, driver, clocks, … (results/stack.py compares them)
+    stack: Whole[StackFacts] | None = None  # torch, CUDA, driver, clocks, … (analysis/stack.py compares them)
 
 
 class SweepAttempt(_Strict):

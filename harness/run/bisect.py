@@ -1,6 +1,6 @@
 """`harness bisect`'s work on the host: its history read through the agent (mode history), then one attempt after
 another — each an ordinary attempt through the runner (over SSH, locally or as a Slurm job: whatever the host
-is), at one commit, recorded in the run — until results/bisection.py names the first bad commit. Resumable:
+is), at one commit, recorded in the run — until analysis/bisection.py names the first bad commit. Resumable:
 the decisions are made again from the run's records, so a resumed bisect goes on where it stopped."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..analysis import bisection as b
 from ..common.outcome import HistoryReport, HistoryRequest
 from ..common.protocol import Mode, Status
 from ..errors import ConfigError, HostError
@@ -17,7 +18,6 @@ from ..experiments.config import ClusterHost, HostConfig
 from ..experiments.resolve import Resolved
 from ..hosts.targets import connect
 from ..hosts.transport import Transport
-from ..results import bisection as b
 from ..results.schemas import BisectInfo, Record
 from ..results.store import ResultsStore
 from .runner import AttemptOutcome, Reporter, SilentReporter, run_attempt_in_foreground, service

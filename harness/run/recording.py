@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..analysis.answers import own_stats, parse_answers
 from ..common.protocol import Final, Hello, RevertReport, Spec, Status
 from ..errors import HarnessError
 from ..experiments.resolve import Resolved
 from ..masking import mask_secrets, redact_argv, redact_env
-from ..results.answers import own_stats, parse_answers
 from ..results.attemptdir import AttemptDir
 from ..results.metrics import summarize
 from ..results.schemas import Provenance, Record, Recovered, ServerInfo, SlurmJob, SweepAttempt

@@ -17,7 +17,7 @@ from harness.cli.views import comparison_rows
 from harness.experiments.config import HostConfig
 from harness.experiments.files import read_sweep_file
 from harness.experiments.plan import plan_sweep
-from harness.results import tableformats
+from harness.render import tableformats
 from harness.results.metrics import OUTPUT_THROUGHPUT
 from harness.results.store import ResultsStore, new_run_id
 from harness.run.runfile import write_run_file

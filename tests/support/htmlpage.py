@@ -1,4 +1,4 @@
-"""The report page as a reader sees it, parsed with the stdlib's html.parser (tests of harness/results/page.py)."""
+"""The report page as a reader sees it, parsed with the stdlib's html.parser (tests of harness/render/page.py)."""
 
 from __future__ import annotations
 

@@ -71,9 +71,9 @@ def test_mutmut_names_map_to_functions_and_back():
     assert (GUARD.module, GUARD.cls, GUARD.name, GUARD.qualname) == ("pkg.core", None, "guard", "pkg.core.guard")
     assert (REVERT.cls, REVERT.name, REVERT.qualname) == ("Tree", "revert", "pkg.core.Tree.revert")
     assert REVERT.pattern == "pkg.core.xǁTreeǁrevert__mutmut_*" and GUARD.pattern == "pkg.core.x_guard__mutmut_*"
-    assert md.SafetyFunction.from_pattern("harness.results.compare.x__apply_baseline__mutmut_*").name == "_apply_baseline"
+    assert md.SafetyFunction.from_pattern("harness.analysis.compare.x__apply_baseline__mutmut_*").name == "_apply_baseline"
     with pytest.raises(ValueError):
-        md.SafetyFunction.from_pattern("harness.results.compare.apply_baseline")
+        md.SafetyFunction.from_pattern("harness.analysis.compare.apply_baseline")
 
 
 def test_nothing_changed_nothing_to_run(project):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.answer_rule_live import CONTROLS, CORRECT, SHAPES, fixed_bars, shape_sets
-from harness.results.answers import DEFAULT_SPREAD_BAR, compare_answers
+from harness.analysis.answers import DEFAULT_SPREAD_BAR, compare_answers
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))

@@ -1,5 +1,5 @@
 """The answer check: its YAML, its spec, the agent's request and reply parsing (and its stage against a loopback
-server), and the comparison rule (harness/results/answers.py)."""
+server), and the comparison rule (harness/analysis/answers.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,7 @@ import pytest
 
 from harness.agent.answers import BadReply, check_answers, parse_reply, request_body
 from harness.agent.errors import StageFailed
-from harness.common.protocol import AnswersSpec, Final, ServerSpec, Spec, Status, Timeouts
-from harness.errors import ConfigError
-from harness.experiments.config import AnswersSettings
-from harness.experiments.files import read_experiment_file
-from harness.experiments.spec import answer_prompts, answers_spec
-from harness.results.answers import (
+from harness.analysis.answers import (
     AnswerSet,
     AnswersMismatch,
     PromptAnswer,
@@ -26,6 +21,11 @@ from harness.results.answers import (
     parse_answers,
     verdict_text,
 )
+from harness.common.protocol import AnswersSpec, Final, ServerSpec, Spec, Status, Timeouts
+from harness.errors import ConfigError
+from harness.experiments.config import AnswersSettings
+from harness.experiments.files import read_experiment_file
+from harness.experiments.spec import answer_prompts, answers_spec
 
 # ============================================================================ the comparison rule
 
@@ -118,8 +118,8 @@ def test_answers_json_round_trip_and_damage():
 
 
 def test_the_table_cell_per_row_reference_and_no_reference():
-    from harness.results.answers import attach
-    from harness.results.compare import build_rows
+    from harness.analysis.answers import attach
+    from harness.analysis.compare import build_rows
     from harness.results.schemas import Record
 
     def rec(exp, answers=True, status=Status.OK):
@@ -139,8 +139,8 @@ def test_the_table_cell_per_row_reference_and_no_reference():
     assert got == {"base": "ref", "same": "✓ 100% Δ0", "wrong": "✗ 87% Δ0 (1 bad)", "other": "≠ ref", "torn": "?",
                    "none": None}
     assert any("seed 8 vs 7" in n for n in notes["other"]) and notes["torn"] == ["answers: bad JSON"]
-    from harness.results.page import table_context
-    from harness.results.tableformats import to_csv
+    from harness.render.page import table_context
+    from harness.render.tableformats import to_csv
 
     rows = build_rows(records, metric="output_throughput", baseline="base")
     attach(rows, records, lambda r: sets[r.experiment], named_baseline=True)

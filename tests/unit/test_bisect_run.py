@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from harness.analysis.bisection import Found
 from harness.cli.bisect import check_same, parse_metric
 from harness.common.outcome import CommitInfo, HistoryReport
 from harness.common.protocol import Final, Status
@@ -19,7 +20,6 @@ from harness.errors import ConfigError, HostError, Interrupted
 from harness.experiments.config import ClusterConfig, ClusterHost, HostConfig
 from harness.experiments.files import read_experiment_file
 from harness.experiments.resolve import resolve_file
-from harness.results.bisection import Found
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
 from harness.run import bisect as bisect_run

@@ -1,4 +1,4 @@
-"""The bisect's pure logic (harness/results/bisection.py): verdicts of a step against both ends, the next commit,
+"""The bisect's pure logic (harness/analysis/bisection.py): verdicts of a step against both ends, the next commit,
 the first bad commit with skips, the step bound — over many histories (where the slow commit and the broken one
 sit, and the measurement noise), with a stand-in for the measurements."""
 
@@ -9,9 +9,9 @@ import random
 
 import pytest
 
+from harness.analysis import bisection
+from harness.analysis.bisection import Found, Measure, Stuck, Trial, Verdict, decide, judge_step, next_index
 from harness.common.protocol import Status
-from harness.results import bisection
-from harness.results.bisection import Found, Measure, Stuck, Trial, Verdict, decide, judge_step, next_index
 from harness.results.schemas import Record
 from harness.triage.verdict import Verdict as Triage
 

@@ -1,4 +1,4 @@
-"""The HTML report (harness/results/page.py): its context (pure), the page it writes (parsed with the stdlib's
+"""The HTML report (harness/render/page.py): its context (pure), the page it writes (parsed with the stdlib's
 html.parser), without matplotlib, for two runs, and its size for a 50-attempt run."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis import compare
 from harness.errors import ConfigError
-from harness.results import compare, outdir, page, tableformats
+from harness.render import outdir, page, tableformats
 from harness.results.schemas import Record, RunInfo
 from harness.results.store import ResultsStore
 from tests.conftest import tree_snapshot
@@ -417,7 +418,7 @@ def test_every_legend_words_the_significance_marks_alike(store, tmp_path):
     from rich.console import Console
 
     from harness.cli import views
-    from harness.results import nightstext
+    from harness.render import nightstext
 
     _, rows = load(store, "run-a")
     legend = compare.SIGNIFICANCE_LEGEND

@@ -17,11 +17,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 SKIP = ("sim.template",)
 PURE = ("experiments.backends", "experiments.commands", "results.metrics", "experiments.spec", "triage.classify",
         "triage.signatures", "triage.hints", "errors", "run.resume", "hosts.gpus", "results.schemas", "hosts.slurm",
-        "experiments.configerrors", "common.protocol", "common.patchpaths", "results.svgdraw")
+        "experiments.configerrors", "common.protocol", "common.patchpaths", "render.svgdraw")
 EDGE_PACKAGES = ("cli",)
 EDGE = {"run.runner", "run.scheduler", "hosts.transport", "hosts.local", "hosts.ssh", "hosts.direct",
         "hosts.jsonlines", "hosts.slurmjob", "hosts.targets", "run.recording",
-        "results.store", "results.compare", "results.plots"}
+        "results.store", "analysis.compare", "render.plots"}
 
 
 def module_name(path: Path) -> str:

@@ -9,10 +9,10 @@ from itertools import combinations
 
 import pytest
 
-from harness.results import significance
-from harness.results.compare import build_rows, ratio_text
+from harness.analysis import significance
+from harness.analysis.compare import build_rows, ratio_text
+from harness.render.tableformats import to_csv, to_json
 from harness.results.schemas import Record
-from harness.results.tableformats import to_csv, to_json
 
 
 def lognormal(rng: random.Random, median: float, n: int, sigma: float = 0.3) -> list[float]:
@@ -94,8 +94,9 @@ def test_the_table_shows_the_interval_and_json_csv_carry_it():
 
 
 def test_night_against_night_carries_the_same_interval():
-    from harness.results import compare, nightstext
-    from harness.results.compare import Cell
+    from harness.analysis import compare
+    from harness.analysis.compare import Cell
+    from harness.render import nightstext
 
     a_s, b_s = [100.0, 101, 99, 100, 102], [80.0, 81, 79, 80, 82]
     a, b = Cell(100.0, 0.01, 5, a_s), Cell(80.0, 0.01, 5, b_s)

@@ -1,4 +1,4 @@
-"""Night against night (harness/results/nights.py, nightstext.py, cli/nightsview.py): B's samples against A's
+"""Night against night (harness/analysis/nights.py, nightstext.py, cli/nightsview.py): B's samples against A's
 per experiment, case and metric with the table's rules, the regressions, and every format that carries them."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import statistics
 
 import pytest
 
+from harness.analysis import compare, nights
+from harness.analysis.compare import Cell
+from harness.analysis.units import lower_is_better, metric_label
 from harness.cli.nightsview import print_nights
-from harness.results import compare, nights, nightstext
-from harness.results.compare import Cell
+from harness.render import nightstext
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
-from harness.results.units import lower_is_better, metric_label
 from tests.support import nights as sim
 
 # Six repeats of a quiet box (about 1 % CV), as two rounds of three give.

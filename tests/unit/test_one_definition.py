@@ -83,7 +83,7 @@ def comparisons(trees: dict[str, ast.Module]) -> set[str]:
     verdicts = {"better", "worse", "same", "few", "drift"}
     found = set()
     for rel, tree in trees.items():
-        if rel == "results/significance.py":
+        if rel == "analysis/significance.py":
             continue
         for fn in _functions(tree):
             sets_verdict = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
@@ -97,14 +97,14 @@ def comparisons(trees: dict[str, ast.Module]) -> set[str]:
 
 @SKIP_MUTANTS
 def test_one_function_judges_a_cell_against_another():
-    assert comparisons(_modules()) == {"results/compare.py:judge"}, (
-        "a second comparison: call results.compare.judge (the table, night against night, the page, a bisect)")
+    assert comparisons(_modules()) == {"analysis/compare.py:judge"}, (
+        "a second comparison: call analysis.compare.judge (the table, night against night, the page, a bisect)")
 
 
 def test_the_comparison_rule_sees_a_second_comparison():
     copy = ast.parse("def mine(a, b):\n    c.p_value = mann_whitney_p(a, b)\n"
                      "def other(c):\n    c.verdict = 'few'\n")
-    assert comparisons({"results/nights.py": copy}) == {"results/nights.py:mine", "results/nights.py:other"}
+    assert comparisons({"analysis/nights.py": copy}) == {"analysis/nights.py:mine", "analysis/nights.py:other"}
 
 
 def number_formatters(trees: dict[str, ast.Module]) -> set[str]:
@@ -121,23 +121,23 @@ def number_formatters(trees: dict[str, ast.Module]) -> set[str]:
 
 @SKIP_MUTANTS
 def test_one_number_format():
-    assert number_formatters(_modules()) == {"results/units.py:number"}, "write numbers with results.units.number"
+    assert number_formatters(_modules()) == {"analysis/units.py:number"}, "write numbers with analysis.units.number"
 
 
 def test_the_number_rule_sees_a_second_formatter():
     copy = ast.parse('def _num(v):\n    return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"\n')
-    assert number_formatters({"results/outliers.py": copy}) == {"results/outliers.py:_num"}
+    assert number_formatters({"analysis/outliers.py": copy}) == {"analysis/outliers.py:_num"}
 
 
 METRIC_WORDS = {"lower_is_better", "metric_unit", "metric_label", "metric_title", "direction"}
 
 
 def metric_wordings(trees: dict[str, ast.Module]) -> set[str]:
-    """Where a metric's words are made outside results/units.py: a function of the table's names, a
+    """Where a metric's words are made outside analysis/units.py: a function of the table's names, a
     `"lower" if … else "higher"`, an f-string's ' (unit)' after a metric."""
     found = set()
     for rel, tree in trees.items():
-        if rel == "results/units.py":
+        if rel == "analysis/units.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.lstrip("_") in METRIC_WORDS:
@@ -152,23 +152,23 @@ def metric_wordings(trees: dict[str, ast.Module]) -> set[str]:
 
 @SKIP_MUTANTS
 def test_one_table_of_metric_words():
-    assert metric_wordings(_modules()) == set(), "name metrics with results.units (unit, direction, label, title)"
+    assert metric_wordings(_modules()) == set(), "name metrics with analysis.units (unit, direction, label, title)"
 
 
 def test_the_metric_rule_sees_a_second_table():
     copy = ast.parse("def metric_label(m):\n    return m\n"
                      "better = 'lower' if lower else 'higher'\n"
                      "t = f\"{metric}{f' ({unit})' if unit else ''}\"\n")
-    assert metric_wordings({"results/nights.py": copy}) == {
-        "results/nights.py:1 def metric_label", "results/nights.py:3 lower/higher", "results/nights.py:4 (unit)"}
+    assert metric_wordings({"analysis/nights.py": copy}) == {
+        "analysis/nights.py:1 def metric_label", "analysis/nights.py:3 lower/higher", "analysis/nights.py:4 (unit)"}
 
 
 # Functions with one home: a second `def` of the name anywhere in harness/ (the agent's side included) is a copy.
 ONE_HOME = {
     "connectable_host": "common/hostaddr.py",  # the agent and the controller both import it from common/
     "redact_env": "masking.py", "secret_values": "masking.py",
-    "judge": "results/compare.py", "interval_text": "results/compare.py", "number": "results/units.py",
-    **{name: "results/units.py" for name in METRIC_WORDS},
+    "judge": "analysis/compare.py", "interval_text": "analysis/compare.py", "number": "analysis/units.py",
+    **{name: "analysis/units.py" for name in METRIC_WORDS},
     "load_yaml": "experiments/yamlsrc.py",
 }
 # Where a YAML file is read: the files a command is given at the door, and a patch set's patchset.yaml.

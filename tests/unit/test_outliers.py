@@ -1,13 +1,13 @@
-"""Outlier repeats (results/outliers.py): the robust rule, the cause read from the repeat's part of its bench
+"""Outlier repeats (analysis/outliers.py): the robust rule, the cause read from the repeat's part of its bench
 log, and the note the table and the page show — the repeat named, never dropped from the median."""
 
 from __future__ import annotations
 
 import statistics
 
-from harness.results import outliers
-from harness.results.compare import build_rows
-from harness.results.outliers import Origin
+from harness.analysis import outliers
+from harness.analysis.compare import build_rows
+from harness.analysis.outliers import Origin
 from harness.results.schemas import Record
 
 # Real log lines (the scheduler's, torch's JIT build's), copied from public SGLang issues:
@@ -152,7 +152,7 @@ def test_a_drift_with_no_cause_says_so():
 
 
 def compare_text(cell) -> str:
-    from harness.results.compare import cell_text
+    from harness.analysis.compare import cell_text
     return cell_text(cell)
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.analysis.compare import MIN_SAMPLES
 from harness.experiments.files import read_experiment_file
-from harness.results.compare import MIN_SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2] / "experiments" / "real-h200"
 EXPERIMENT_FILES = sorted(p for p in ROOT.rglob("*.yaml") if "backend" in yaml.safe_load(p.read_text()))

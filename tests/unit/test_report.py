@@ -11,17 +11,17 @@ import sys
 
 import pytest
 
-from harness.results.compare import (
+from harness.analysis.compare import (
     build_rows,
     columns,
     short_key_line,
     table_rows,
 )
+from harness.analysis.significance import mann_whitney_p
+from harness.analysis.units import lower_is_better
+from harness.render.tableformats import to_csv, to_json, to_markdown
 from harness.results.metrics import KEY_METRICS
 from harness.results.schemas import ProfileOp, ProfileSummary, Record
-from harness.results.significance import mann_whitney_p
-from harness.results.tableformats import to_csv, to_json, to_markdown
-from harness.results.units import lower_is_better
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}]
 
@@ -100,7 +100,7 @@ def test_plot_writes_a_png(tmp_path):
     import pytest
 
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.results.plots import plot
+    from harness.render.plots import plot
 
     rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
                       baseline="base")
@@ -113,7 +113,7 @@ def test_plot_replaces_only_its_own_file_never_a_users_or_through_a_link(tmp_pat
 
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
     from harness.errors import ConfigError
-    from harness.results.plots import plot
+    from harness.render.plots import plot
 
     rows = build_rows([rec("base", [100, 101, 99]), rec("fast", [150, 149, 151])], metric="output_throughput",
                       baseline="base")
@@ -433,7 +433,7 @@ def test_mann_whitney_p_refuses_a_method_it_does_not_know():
 @pytest.mark.parametrize("m, n", [(1, 1), (1, 4), (3, 3), (4, 2), (4, 6)])
 def test_the_exact_u_distribution_counts_every_ordering(m, n):
     # Brute force: every way to place the m values of one sample among m + n untied ranks, and its U.
-    from harness.results.significance import _u_counts
+    from harness.analysis.significance import _u_counts
 
     expected = [0] * (m * n + 1)
     for ranks in itertools.combinations(range(m + n), m):
@@ -509,7 +509,7 @@ def words(*names):
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("mixed", [False, True])
 def test_printed_table_never_cuts_a_name_status_or_number_mid_word(width, mixed):
-    from harness.results.compare import cell_text, interval_text, ratio_text
+    from harness.analysis.compare import cell_text, interval_text, ratio_text
 
     records = fleet(mixed)
     rows = build_rows(records, metric="output_throughput", baseline="glm5-flashinfer-mla")
@@ -666,7 +666,7 @@ def test_printed_notes_keep_their_key_words_whole_and_wrap_between_words(width):
     (1.0, "same", "1.00x ≈"), (1.004, "few", "1.00x ?"), (1.004, "n/a", "1.00x"),
 ])
 def test_a_ratio_that_rounds_to_one_gets_no_up_or_down_arrow(ratio, verdict, text):
-    from harness.results.compare import Cell, ratio_text
+    from harness.analysis.compare import Cell, ratio_text
 
     assert ratio_text(Cell(100.0, 0.01, 5, [], ratio=ratio, verdict=verdict), False) == text
 
@@ -731,7 +731,7 @@ def test_an_unknown_metric_or_baseline_given_by_the_user_is_a_config_error_namin
 
 def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
     pytest.importorskip("matplotlib", reason="matplotlib not installed (optional extra `plot`)")
-    from harness.results.plots import plot_figure
+    from harness.render.plots import plot_figure
 
     rows = build_rows(fleet(), metric="output_throughput", baseline="glm5-flashinfer-mla")
     fig = plot_figure(rows, "output_throughput")
@@ -754,7 +754,7 @@ def test_the_plot_has_a_title_unit_legend_spread_and_no_bar_for_a_crash():
 def test_too_narrow_for_any_table_each_experiment_becomes_a_block_of_whole_words():
     """Seen in the demo at 80 columns: a GPU column and a top-op column beside the names left no layout that
     fits, and rich squeezed every column until "sim-flashinfer-mla" read "sim-fl / ashinf / er-mla"."""
-    from harness.results.compare import cell_text, ratio_text
+    from harness.analysis.compare import cell_text, ratio_text
     from harness.results.schemas import ProfileOp, ProfileSummary
 
     records = fleet(mixed=True)

@@ -275,7 +275,7 @@ def test_a_recovery_is_noted_only_in_a_provisional_record_of_this_store_named_by
 
 
 def test_a_repeat_without_a_number_is_left_out_of_the_cell_not_a_crash():
-    from harness.results.compare import build_rows
+    from harness.analysis.compare import build_rows
 
     samples = {"median_ttft_ms": [10.0, float("nan"), None, 12.0, 11.0]}  # SGLang writes NaN and null
     rec = record(metrics={"bs1": {"samples": samples}})

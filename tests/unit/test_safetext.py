@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from harness.results import compare, page, tableformats
+from harness.analysis import compare
+from harness.render import page, tableformats
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
 from harness.safetext import display_line, display_lines, display_text

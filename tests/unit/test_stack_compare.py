@@ -1,4 +1,4 @@
-"""Same stack? The comparability rule of results/stack.py as the table applies it: rows on stacks that differ
+"""Same stack? The comparability rule of analysis/stack.py as the table applies it: rows on stacks that differ
 in what matters are not comparable (the note names the field), rows that differ only in the packages hash
 get a note, and a stack column appears only when the rows' stacks differ — in one run and between two
 (`harness compare A B`), on the terminal, in CSV/JSON and on the page."""
@@ -13,13 +13,13 @@ from typing import Any
 
 from typer.testing import CliRunner
 
+from harness.analysis.compare import build_rows, columns, table_rows
+from harness.analysis.stack import differences, fingerprint, stack_id
 from harness.cli.app import app
-from harness.results import page
-from harness.results.compare import build_rows, columns, table_rows
+from harness.render import page
+from harness.render.tableformats import to_csv
 from harness.results.schemas import Record, RunInfo
-from harness.results.stack import differences, fingerprint, stack_id
 from harness.results.store import ResultsStore
-from harness.results.tableformats import to_csv
 
 GPU = [{"name": "NVIDIA H200", "compute_cap": "9.0"}] * 2
 SAMPLES = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]

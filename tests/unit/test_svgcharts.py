@@ -1,4 +1,4 @@
-"""The charts drawn without matplotlib (harness/results/svgcharts.py, svgdraw.py, families.py): each parses as XML,
+"""The charts drawn without matplotlib (harness/render/svgcharts.py, svgdraw.py, families.py): each parses as XML,
 has its axis titles with units, a legend entry per experiment, a point per case and level where the numbers put
 it, escaped names, scoped ids; the load families read from the bench JSONL; the page and `compare --plot x.svg`
 with matplotlib made unimportable; the terminal's sparklines."""
@@ -14,8 +14,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.results import families, svgcharts, svgdraw
-from harness.results.compare import build_rows
+from harness.analysis import families
+from harness.analysis.compare import build_rows
+from harness.render import svgcharts, svgdraw
 from harness.results.schemas import Record
 from harness.results.store import ResultsStore
 
@@ -232,7 +233,7 @@ def without_matplotlib(monkeypatch) -> None:
 def test_compare_plot_to_svg_needs_no_matplotlib(tmp_path, monkeypatch):
     without_matplotlib(monkeypatch)
     from harness.errors import ConfigError
-    from harness.results import plots
+    from harness.render import plots
 
     _, rows, _ = fleet()
     out = tmp_path / "p.svg"

@@ -1,4 +1,4 @@
-"""What an MLflow export keeps of records (harness.results.trackfacts, pure), and the harness without mlflow:
+"""What an MLflow export keeps of records (harness.tracker.trackfacts, pure), and the harness without mlflow:
 it imports and runs, and asking for an export says what to install. The export against a real tracking
 server: tests/integration/test_mlflow.py."""
 
@@ -12,14 +12,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from harness.analysis import compare
+from harness.analysis.answers import AnswerVerdict
 from harness.cli.app import app
 from harness.errors import ConfigError, TrackerError
-from harness.results import compare, trackfacts
-from harness.results.answers import AnswerVerdict
-from harness.results.export import LiveExport, RunExport, export_run
-from harness.results.mlflowapi import TrackedRun
 from harness.results.schemas import Record, RunInfo
 from harness.results.store import ResultsStore
+from harness.tracker import trackfacts
+from harness.tracker.export import LiveExport, RunExport, export_run
+from harness.tracker.mlflowapi import TrackedRun
 
 H200 = [{"name": "NVIDIA H200"}] * 8
 B200 = [{"name": "NVIDIA B200"}] * 8
@@ -134,7 +135,7 @@ def test_the_parent_is_finished_only_when_every_planned_attempt_has_a_final_reco
 
 
 def test_export_without_mlflow_installed_is_a_clear_config_error(tmp_path, monkeypatch):
-    from harness.results.mlflowapi import MlflowTracker
+    from harness.tracker.mlflowapi import MlflowTracker
 
     monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` now fails, as it does when not installed
     with pytest.raises(ConfigError, match="needs the mlflow package") as caught:

@@ -30,8 +30,8 @@ from enum import Enum
 from typing import Union
 
 from ..common.protocol import Status
+from ..results.schemas import Record
 from .compare import MIN_SAMPLES, Cell, cell_of, judge, short_key_line
-from .schemas import Record
 
 
 class Verdict(str, Enum):

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..common.protocol import Status
+from ..results.metrics import KEY_METRICS
+from ..results.schemas import Record
 from . import compare, stack
-from .metrics import KEY_METRICS
-from .schemas import Record
 
 # How fast: the throughputs and the latencies. The rest of KEY_METRICS (duration, completed,
 # total_output_tokens, concurrency) say what workload a case ran, not how fast it ran.

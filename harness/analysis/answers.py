@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common.protocol import Status
-from .attemptdir import ANSWERS
+from ..results.attemptdir import ANSWERS
+from ..results.schemas import Record
 from .compare import Row, gpu_of
-from .schemas import Record
 
 # The request settings that make two answer sets comparable (the thresholds may differ: they judge, they ask
 # nothing). Defaults as the experiment YAML's (experiments/config.py AnswersSettings).

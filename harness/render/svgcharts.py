@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..analysis.compare import Cell, Row
+from ..analysis.families import Family, level_text
+from ..analysis.units import LATENCY_NAMES, direction, metric_title, number
 from ..common.protocol import Status
-from .compare import Cell, Row
-from .families import Family, level_text
-from .metrics import OUTPUT_THROUGHPUT
+from ..results.metrics import OUTPUT_THROUGHPUT
 from .svgdraw import (
     FAIL,
     INK,
@@ -39,7 +40,6 @@ from .svgdraw import (
     x_axis,
     y_axis,
 )
-from .units import LATENCY_NAMES, direction, metric_title, number
 
 WIDTH = 760
 BAND = 26  # px per row of a case chart

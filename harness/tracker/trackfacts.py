@@ -5,7 +5,7 @@ backend, patch sets and their hashes, server flags, versions, GPU), metrics (eve
 one value per repeat with the repeat's index as the step, and the median), tags (status, crash category,
 host, round and try; the ids that find an entry again) and a final status. The facts that need the whole run
 (comparable to the baseline or not, the answer check's verdict) come from the comparison rows, as `harness
-compare` shows them (`run_facts`). harness.results.export writes them; docs/tracker.md lists them.
+compare` shows them (`run_facts`). harness.tracker.export writes them; docs/tracker.md lists them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from ..analysis.compare import Row, gpu_of
 from ..common.protocol import Status
-from .compare import Row, gpu_of
-from .schemas import Record, RunInfo
+from ..results.schemas import Record, RunInfo
 
 # The tags an entry is found again by (docs/tracker.md "Exporting again").
 KIND = "harness.kind"  # "run" (the parent) or "attempt" (a child)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS
+from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS
 
 # The metrics whose unit is not read from their name (metrics.KEY_METRICS: SGLang's bench_serving names).
 _UNITS = {"request_throughput": "req/s", "duration": "s", "completed": "requests", "total_output_tokens": "tokens"}

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.protocol import Status
+from ..render.keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
+from ..results.metrics import KEY_METRICS
+from ..results.schemas import Record
 from ..triage.profile import kernel_label
 from . import outliers
-from .keyline import short_key_line as short_key_line  # the table's notes; views and the page call it here
-from .metrics import KEY_METRICS
-from .schemas import Record
 from .significance import mann_whitney_p, ratio_interval
 from .stack import Fingerprint, differences, fingerprint, mixed, stack_id
 from .units import lower_is_better, metric_unit, number
@@ -73,7 +73,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     is_baseline: bool = False
     expected: bool = False  # it crashed or hung, and the experiment said it would (`expect`)
-    answers: str | None = None  # the answer check's cell (results/answers.py `attach`); None: no answers
+    answers: str | None = None  # the answer check's cell (analysis/answers.py `attach`); None: no answers
     answer_verdict: Any = None  # answers.AnswerVerdict, when judged against a reference
     stack: Fingerprint | None = None  # the environment fingerprint's facts (stack.py); None: not recorded
     stack_id: str | None = None

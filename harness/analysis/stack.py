@@ -16,7 +16,7 @@ import hashlib
 import json
 
 from ..common.outcome import GpuClocks
-from .schemas import Record
+from ..results.schemas import Record
 
 Fingerprint = dict[str, str | None]
 

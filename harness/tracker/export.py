@@ -21,15 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis import answers, compare
 from ..common.protocol import Status
 from ..errors import HarnessError, ResultsError
-from . import answers, compare
-from .attemptdir import AttemptDir
-from .metrics import OUTPUT_THROUGHPUT
+from ..render.page import log_excerpt
+from ..results.attemptdir import AttemptDir
+from ..results.metrics import OUTPUT_THROUGHPUT
+from ..results.schemas import Record
+from ..results.store import ResultsStore
 from .mlflowapi import MlflowTracker, TrackedRun
-from .page import log_excerpt
-from .schemas import Record
-from .store import ResultsStore
 from .trackfacts import (
     ATTEMPT,
     ATTEMPT_ID,

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import bisection as b
-from .compare import Cell, cell_of, interval_text
-from .schemas import BisectInfo, Record
-from .units import metric_title
+from ..analysis import bisection as b
+from ..analysis.compare import Cell, cell_of, interval_text
+from ..analysis.units import metric_title
+from ..results.schemas import BisectInfo, Record
 
 HEADERS = ("#", "commit", "tried as", "verdict", "n", "median ± CV", "vs good", "vs bad", "subject")
 

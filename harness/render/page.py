@@ -23,12 +23,13 @@ from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
+from ..analysis import answers, compare, families, stack, units
 from ..common.protocol import Status
 from ..masking import controller_secret_values, mask_secrets
+from ..results.schemas import Record, RunInfo
+from ..results.store import ResultsStore
 from ..safetext import display_lines
-from . import answers, compare, families, outdir, stack, svgcharts, units
-from .schemas import Record, RunInfo
-from .store import ResultsStore
+from . import outdir, svgcharts
 
 LOG_LINES = 200  # the last lines of a failed attempt's server log copied beside the page
 PAGE = "index.html"
@@ -330,7 +331,7 @@ def _shown(value: Any) -> Any:
 def render(context: dict[str, Any]) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    env = Environment(loader=PackageLoader("harness.results", "templates"),
+    env = Environment(loader=PackageLoader("harness.render", "templates"),
                       autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True, finalize=_shown)
     return env.get_template("report.html.j2").render(**context)

@@ -1,5 +1,5 @@
 """The one module that imports mlflow (the optional `mlflow` extra): a narrow, typed client of a tracking
-server, for harness.results.export.
+server, for harness.tracker.export.
 
 mlflow is imported when a `MlflowTracker` is made, never at the harness's import: without it the harness runs
 as ever, and asking for an export says what to install (a ConfigError). Whatever the tracker answers with

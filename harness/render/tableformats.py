@@ -7,10 +7,10 @@ import io
 import json
 from dataclasses import asdict
 
+from ..analysis.answers import LEGEND
+from ..analysis.compare import SIGNIFICANCE_LEGEND, Cell, Row, columns, table_rows
+from ..analysis.units import direction, lower_is_better
 from ..safetext import display_line
-from .answers import LEGEND
-from .compare import SIGNIFICANCE_LEGEND, Cell, Row, columns, table_rows
-from .units import direction, lower_is_better
 
 
 def to_markdown(rows: list[Row], metric: str) -> str:

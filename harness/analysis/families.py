@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.protocol import Status
+from ..results.metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
+from ..results.schemas import Record
 from .compare import Row, group_records
-from .metrics import MEDIAN_ITL_MS, MEDIAN_TTFT_MS, OUTPUT_THROUGHPUT
-from .schemas import Record
 from .units import metric_title, number
 
 LEVEL = "max_concurrency"

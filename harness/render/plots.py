@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..analysis.compare import Row
+from ..analysis.units import direction, metric_title
 from ..common.protocol import Status
 from ..errors import ConfigError
 from . import outdir
-from .compare import Row
 from .svgcharts import case_plots_file
-from .units import direction, metric_title
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from . import compare
-from .nights import Change, Nights, Pair
-from .units import lower_is_better, metric_label
+from ..analysis import compare
+from ..analysis.nights import Change, Nights, Pair
+from ..analysis.units import lower_is_better, metric_label
 
 
 @dataclass
